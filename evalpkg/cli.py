@@ -1,0 +1,144 @@
+"""The `evalpkg` command line. Every failure is one line on stderr and a non-zero exit."""
+
+from __future__ import annotations
+
+import sys
+from datetime import date
+from enum import StrEnum
+from typing import Annotated
+
+import click
+import typer
+
+from evalpkg.errors import EvalpkgError
+from evalpkg.settings import AGENT_ROLE, EVAL_DB, PROD_DB, RESULTS_DB, get_settings
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="EMR agent benchmark: services, production simulation, de-identifying sync.")
+prod_app = typer.Typer(no_args_is_help=True, help="The simulated production HIS database.")
+deid_app = typer.Typer(no_args_is_help=True, help="The de-identification key.")
+app.add_typer(prod_app, name="prod")
+app.add_typer(deid_app, name="deid")
+
+
+def _log(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+class Target(StrEnum):
+    prod = "prod"
+    eval = "eval"
+    results = "results"
+    agent = "agent"
+
+
+@app.command()
+def up() -> None:
+    """Start the embedded PostgreSQL cluster and MLflow server (or check the configured ones)."""
+    from evalpkg.services import stack
+
+    stack.up(get_settings(), _log)
+
+
+@app.command()
+def down() -> None:
+    """Stop the embedded services that `up` started."""
+    from evalpkg.services import stack
+
+    stack.down(get_settings(), _log)
+
+
+@app.command()
+def status() -> None:
+    """Report each service: where it is and whether it answers."""
+    from evalpkg.services import stack
+
+    rows = stack.status(get_settings())
+    for s in rows:
+        kind = "embedded" if s.embedded else "external"
+        typer.echo(f"{s.name:<11} {'up' if s.up else 'down':<5} {kind:<9} {s.location}")
+    if not all(s.up for s in rows):
+        raise typer.Exit(3)
+
+
+@app.command("db-url")
+def db_url(target: Target) -> None:
+    """Print a connection URL (psql "$(evalpkg db-url eval)")."""
+    from evalpkg.dburl import with_user
+
+    settings = get_settings()
+    database = {Target.prod: PROD_DB, Target.eval: EVAL_DB, Target.results: RESULTS_DB,
+                Target.agent: EVAL_DB}[target]
+    url = settings.db_url(database)
+    typer.echo(with_user(url, AGENT_ROLE) if target is Target.agent else url)
+
+
+@prod_app.command("generate")
+def prod_generate(
+    patients: Annotated[int, typer.Option(min=100, max=100_000, help="number of patients")] = 2000,
+    seed: Annotated[int, typer.Option(help="random seed; same seed, same database")] = 7,
+    as_of: Annotated[str, typer.Option(help="the simulated 'now' (YYYY-MM-DD)")] = "2026-10-31",
+) -> None:
+    """Generate the simulated production database (replaces what is there)."""
+    from evalpkg.prod.generator import generate
+
+    try:
+        as_of_date = date.fromisoformat(as_of)
+    except ValueError as exc:
+        raise click.BadParameter(f"{as_of!r} is not YYYY-MM-DD", param_hint="--as-of") from exc
+    report = generate(get_settings().db_url(PROD_DB), patients, seed, as_of_date, _log)
+    _log(f"generated {report.total_rows:,} rows in {report.seconds:.1f}s "
+         f"({report.total_rows / report.seconds:,.0f} rows/s)")
+
+
+@deid_app.command("set-key")
+def deid_set_key(
+    from_env: Annotated[str | None, typer.Option(help="read a hex key from this environment variable")] = None,
+    replace: Annotated[bool, typer.Option(help="replace an existing key (all pseudonyms change)")] = False,
+) -> None:
+    """Store the HMAC key in the eval DB (generated at random unless --from-env is given)."""
+    import os
+
+    from evalpkg.errors import ConfigError
+    from evalpkg.sync import bootstrap
+
+    key = None
+    if from_env is not None:
+        raw = os.environ.get(from_env)
+        if not raw:
+            raise ConfigError(f"--from-env: environment variable {from_env} is not set")
+        try:
+            key = bytes.fromhex(raw)
+        except ValueError as exc:
+            raise ConfigError(f"--from-env: {from_env} is not a hex string") from exc
+    if bootstrap.set_key(get_settings(), key, replace=replace):
+        _log("de-identification key stored")
+    else:
+        _log("a key already exists; pass --replace to rotate it")
+
+
+@app.command()
+def sync(
+    full_refresh: Annotated[bool, typer.Option(help="rebuild incremental models from scratch")] = False,
+) -> None:
+    """De-identify production into the eval DB with dbt, then validate it with Great Expectations."""
+    from evalpkg.sync.runner import run_sync
+
+    report = run_sync(get_settings(), full_refresh=full_refresh, progress=_log)
+    _log(report.summary())
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        typer.echo(f"evalpkg: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        typer.echo("evalpkg: aborted", err=True)
+        sys.exit(130)
+    except EvalpkgError as exc:
+        typer.echo(f"evalpkg: error: {exc}", err=True)
+        sys.exit(1)

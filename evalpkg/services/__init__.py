@@ -1,0 +1,1 @@
+"""Embedded services: a local PostgreSQL cluster and a local MLflow tracking server."""

@@ -1,0 +1,62 @@
+"""Settings from the environment (prefix ``EVALPKG_``); every URL may point at an existing server."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from evalpkg.dburl import with_database
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+PROD_DB = "ehr_prod"
+EVAL_DB = "ehr_eval"
+RESULTS_DB = "eval_results"
+
+SYNC_ROLE = "evalpkg_sync"
+AGENT_ROLE = "evalpkg_agent"
+PROD_READER_ROLE = "evalpkg_prod_reader"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EVALPKG_", extra="ignore")
+
+    state_dir: Path = Field(default=PROJECT_ROOT / ".evalpkg", description="embedded services' data")
+    pg_port: int = Field(default=55432, ge=1024, le=65535)
+    pg_url: str | None = Field(
+        default=None,
+        description="admin URL of an existing PostgreSQL server; unset = the embedded cluster",
+    )
+    mlflow_port: int = Field(default=55000, ge=1024, le=65535)
+    mlflow_uri: str | None = Field(default=None, description="existing MLflow tracking server")
+    agent_statement_timeout_ms: int = Field(default=30_000, gt=0)
+    dbt_project_dir: Path = PROJECT_ROOT / "dbt_project"
+    expectations_dir: Path = PROJECT_ROOT / "expectations"
+
+    @property
+    def embedded_pg(self) -> bool:
+        return self.pg_url is None
+
+    @property
+    def embedded_mlflow(self) -> bool:
+        return self.mlflow_uri is None
+
+    @cached_property
+    def admin_url(self) -> str:
+        if self.pg_url is not None:
+            return self.pg_url
+        return f"postgresql://postgres@127.0.0.1:{self.pg_port}/postgres"
+
+    def db_url(self, database: str) -> str:
+        return with_database(self.admin_url, database)
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.mlflow_uri or f"http://127.0.0.1:{self.mlflow_port}"
+
+
+def get_settings() -> Settings:
+    return Settings()
