@@ -80,6 +80,10 @@ def ensure_eval_db(settings: Settings) -> None:
         for schema in ("staging", *FOREIGN_SCHEMAS.values(), *MART_SCHEMAS):
             conn.execute(sql.SQL("create schema if not exists {} authorization {}").format(
                 _ident(schema), _ident(SYNC_ROLE)))
+        conn.execute(sql.SQL(
+            "create table if not exists staging.sync_watermark "
+            "(model text primary key, high_water timestamp, pending timestamp)"))
+        conn.execute(sql.SQL("alter table staging.sync_watermark owner to {}").format(_ident(SYNC_ROLE)))
         conn.execute(sql.SQL("grant create on database {} to {}").format(_ident(EVAL_DB), _ident(SYNC_ROLE)))
         for schema in MART_SCHEMAS:
             conn.execute(sql.SQL("grant usage on schema {} to {}").format(_ident(schema), _ident(AGENT_ROLE)))
@@ -131,6 +135,7 @@ def set_key(settings: Settings, key: bytes | None = None, *, replace: bool = Fal
         if exists and exists[0] and not replace:
             return False
         conn.execute(sql.SQL("delete from {}").format(table))
+        conn.execute("delete from staging.sync_watermark")  # new key: reload incremental models
         conn.execute(sql.SQL("insert into {} (hmac_key) values (%s)").format(table),
                      (key or secrets.token_bytes(MIN_KEY_BYTES),))
         conn.commit()

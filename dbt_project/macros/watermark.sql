@@ -1,0 +1,25 @@
+{#
+  High-water marks of incremental models in staging.sync_watermark (sync role only).
+  The upper bound is fixed when the model renders and stored as `pending`; the post-hook
+  promotes it only after the model succeeded, so rows changed mid-run are picked up next time.
+#}
+
+{% macro watermark_bounds(model_name, source_relation) %}
+    {% set bounds = {'low': none, 'high': '9999-12-31'} %}
+    {% if execute %}
+        {% set high = run_query("select coalesce(max(update_time), '1900-01-01')::text from " ~ source_relation).columns[0].values()[0] %}
+        {% do bounds.update({'high': high}) %}
+        {% do run_query(
+            "insert into staging.sync_watermark (model, pending) values ('" ~ model_name ~ "', '" ~ high ~ "') "
+            ~ "on conflict (model) do update set pending = excluded.pending") %}
+        {% if is_incremental() %}
+            {% set low = run_query("select high_water::text from staging.sync_watermark where model = '" ~ model_name ~ "'").columns[0].values()[0] %}
+            {% do bounds.update({'low': low}) %}
+        {% endif %}
+    {% endif %}
+    {{ return(bounds) }}
+{% endmacro %}
+
+{% macro promote_watermark(model_name) %}
+    update staging.sync_watermark set high_water = pending where model = '{{ model_name }}'
+{% endmacro %}

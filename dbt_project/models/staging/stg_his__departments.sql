@@ -1,0 +1,2 @@
+select ksdm, ksmc, ksmc_en, sjksdm, sjksmc, lcks_bz, ty_bz, tyrq
+from {{ source('his', 'dict_dept') }}

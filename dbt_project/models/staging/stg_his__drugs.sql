@@ -1,0 +1,2 @@
+select ypdm, ypmc, ypmc_en, atc_code, ypfl
+from {{ source('his', 'dict_drug') }}

@@ -1,0 +1,17 @@
+select
+    o.order_id,
+    keys.visit_key as visit_id,
+    keys.patient_key as patient_id,
+    o.ypdm,
+    o.ypmc,
+    o.jl,
+    o.jldw,
+    o.pc,
+    o.gytj,
+    o.yzlx,
+    {{ shift('o.kssj', 'keys.shift_days') }} as kssj,
+    {{ shift('o.jssj', 'keys.shift_days') }} as jssj,
+    o.zfbz
+from {{ source('his', 't_med_order') }} as o
+inner join {{ ref('int_visit_keys') }} as keys on keys.visit_id = o.visit_id
+where o.is_deleted = 0
