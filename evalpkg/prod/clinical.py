@@ -23,7 +23,7 @@ OUTPATIENT_PANELS = {
     "pneumonia": [("WBC", 0.9)],
     "uri": [("WBC", 0.6)],
 }
-CHECKUP_PANEL = [("GLU", 0.9), ("LDLC", 0.8), ("CREA", 0.8), ("ALT", 0.8), ("HGB", 0.8), ("WBC", 0.8)]
+CHECKUP_PANEL = [("GLU", 0.9), ("HBA1C", 0.4), ("LDLC", 0.8), ("CREA", 0.8), ("ALT", 0.8), ("HGB", 0.8), ("WBC", 0.8)]
 REJECTED_NOTES = np.array(["标本溶血", "标本凝固", "标本量不足"])
 
 

@@ -72,6 +72,9 @@ def generate_visits(rng: np.random.Generator, pts: Patients, start: date, as_of:
     winter = np.array([bool(conds[f].get("winter")) if f >= 0 else False for f in focus])
     span = (as_of - start).days
     day = np.datetime64(start, "D") + _seasonal_days(rng, nv, span, winter).astype("timedelta64[D]")
+    # A slice of visits lands in the last fortnight, so the census (still admitted) is never empty.
+    recent = rng.random(nv) < 0.03
+    day = np.where(recent, np.datetime64(as_of, "D") - rng.integers(0, 14, nv).astype("timedelta64[D]"), day)
     birth = pts.birth[patient]
     day = np.maximum(day, birth + np.timedelta64(1, "D"))
     age_at = (day - birth).astype(int) / 365.25

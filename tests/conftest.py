@@ -1,0 +1,66 @@
+"""A real PostgreSQL cluster for the whole test session, started from the system binaries."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from evalpkg.prod.generator import generate
+from evalpkg.services import postgres
+from evalpkg.settings import PROD_DB, Settings
+from evalpkg.sync import bootstrap
+from evalpkg.sync.runner import SyncReport, run_sync
+
+TEST_PATIENTS = 300
+TEST_SEED = 11
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def make_state_dir() -> Path:
+    """Under /tmp with 0755 so the 'postgres' user can reach it when tests run as root."""
+    path = Path(tempfile.mkdtemp(prefix="evalpkg-test-"))
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture(scope="session")
+def settings() -> Iterator[Settings]:
+    state = make_state_dir()
+    s = Settings(state_dir=state, pg_port=free_port(), mlflow_port=free_port())
+    postgres.init_cluster(s)
+    postgres.start(s)
+    try:
+        postgres.ensure_databases(s)
+        bootstrap.ensure_roles(s)
+        bootstrap.ensure_eval_db(s)
+        bootstrap.set_key(s)
+        yield s
+    finally:
+        postgres.stop(s)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def generated(settings: Settings) -> Settings:
+    generate(settings.db_url(PROD_DB), TEST_PATIENTS, TEST_SEED)
+    return settings
+
+
+@pytest.fixture(scope="session")
+def synced(generated: Settings) -> SyncReport:
+    return run_sync(generated, full_refresh=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")

@@ -1,0 +1,116 @@
+"""The simulated production HIS: determinism, clinical consistency, and the benchmark's traps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import date
+
+import psycopg
+import pytest
+
+from evalpkg.db import connect
+from evalpkg.errors import ConfigError
+from evalpkg.prod.generator import generate
+from evalpkg.settings import PROD_DB, Settings
+
+CHECKSUM = "select md5(string_agg(t::text, '|' order by t::text)) from his.{} t"
+
+
+def _one(conn: psycopg.Connection, query: str) -> object:
+    row = conn.execute(query).fetchone()
+    assert row is not None
+    return row[0]
+
+
+@pytest.fixture(scope="module")
+def prod(generated: Settings) -> Iterator[psycopg.Connection]:
+    with connect(generated.db_url(PROD_DB)) as conn:
+        yield conn
+
+
+def test_same_seed_same_database_other_seed_differs(settings: Settings) -> None:
+    url = settings.db_url("postgres")
+    with connect(url) as conn:
+        conn.execute("drop database if exists gen_check")
+        conn.execute("create database gen_check")
+    other = settings.db_url("gen_check")
+    sums = []
+    for seed in (5, 5, 6):
+        generate(other, 150, seed)
+        with connect(other) as conn:
+            sums.append(tuple(_one(conn, CHECKSUM.format(t)) for t in ("t_patient_info", "t_lab_result")))
+    assert sums[0] == sums[1]
+    assert sums[0][0] != sums[2][0] and sums[0][1] != sums[2][1]
+
+
+@pytest.mark.parametrize("patients", [99, 100_001])
+def test_patient_count_outside_range_is_rejected(settings: Settings, patients: int) -> None:
+    with pytest.raises(ConfigError, match="--patients"):
+        generate(settings.db_url("gen_check"), patients, 1)
+
+
+def test_diabetics_have_diabetic_hba1c_and_treatment(prod: psycopg.Connection) -> None:
+    rows = prod.execute("""
+        with dm as (select distinct patient_id from his.t_diag_record where icd10_code like 'E11%')
+        select (l.patient_id in (select patient_id from dm)) as diabetic, avg(l.result_value)
+        from his.t_lab_result l where l.xmdm = 'HBA1C' and l.result_value is not null group by 1
+    """).fetchall()
+    means = {bool(d): float(m) for d, m in rows}
+    assert means[True] > 7.0
+    assert means.get(False, 5.4) < 6.2
+    treated = prod.execute("""
+        with dm as (select distinct patient_id from his.t_diag_record where icd10_code like 'E11%'),
+        rx as (select distinct patient_id from his.t_med_order where ypdm in ('Y0001', 'Y0002', 'Y0003'))
+        select avg((p.patient_id in (select patient_id from rx))::int) filter (where p.patient_id in (select patient_id from dm)),
+               avg((p.patient_id in (select patient_id from rx))::int) filter (where p.patient_id not in (select patient_id from dm))
+        from his.t_patient_info p
+    """).fetchone()
+    assert treated is not None
+    # An undiagnosed diabetic (no E11 record kept) can still hold a metformin order.
+    assert float(treated[0]) > 0.7 and float(treated[1]) < 0.1
+
+
+def test_glucose_units_switch_from_mg_dl_to_mmol_l(prod: psycopg.Connection) -> None:
+    rows = prod.execute("""
+        select unit, min(cysj)::date, max(cysj)::date, avg(result_value) from his.t_lab_result
+        where xmdm = 'GLU' group by unit
+    """).fetchall()
+    by_unit = {u: (lo, hi, float(m)) for u, lo, hi, m in rows}
+    assert set(by_unit) == {"mg/dL", "mmol/L"}
+    assert by_unit["mg/dL"][1] <= date(2021, 6, 30) < by_unit["mmol/L"][0]
+    assert 0.75 < (by_unit["mg/dL"][2] / 18.0) / by_unit["mmol/L"][2] < 1.33  # same population
+
+
+def test_traps_exist(prod: psycopg.Connection) -> None:
+    for table in ("t_patient_info", "t_zy_visit", "t_diag_record", "t_lab_result", "t_med_order"):
+        assert _one(prod, f"select count(*) from his.{table} where is_deleted = 1") > 0, table
+    assert _one(prod, "select count(*) from his.t_lab_result where result_value is null and bz is not null") > 0
+    assert _one(prod, "select count(*) from his.t_lab_result where bgzt = 'C'") > 0
+    assert _one(prod, "select count(*) from his.t_med_order where zfbz = 1") > 0
+    assert _one(prod, "select count(*) from his.t_zy_visit where visit_type = 'ZY' and cyrq is null") > 0
+    assert _one(prod, "select count(*) from his.t_zy_visit where ksdm = '0199'") > 0
+    assert _one(prod, "select count(*) from his.t_diag_record d join his.t_patient_info p using (patient_id) "
+                      "where position(p.brxm in d.zdmc) > 0") > 0
+    af_untreated = """
+        select count(distinct d.patient_id) from his.t_diag_record d where d.icd10_code like 'I48%'
+        and not exists (select 1 from his.t_med_order o where o.patient_id = d.patient_id and o.ypdm in ('Y0004', 'Y0005'))
+    """
+    assert _one(prod, af_untreated) > 0
+
+
+def test_time_columns_are_ordered_and_stays_plausible(prod: psycopg.Connection) -> None:
+    assert _one(prod, "select count(*) from his.t_zy_visit where ghrq > ryrq or cyrq < ryrq") == 0
+    assert _one(prod, "select count(*) from his.t_lab_result where cysj > exec_time or exec_time > report_time") == 0
+    median = float(_one(prod, "select percentile_cont(0.5) within group (order by zyts) from his.t_zy_visit "
+                              "where visit_type = 'ZY'"))
+    assert 3 <= median <= 12
+    assert _one(prod, "select count(*) from his.t_zy_visit where visit_type = 'MZ' and zyts is not null") == 0
+
+
+def test_identifiers_look_real(prod: psycopg.Connection) -> None:
+    bad = prod.execute(r"""
+        select count(*) filter (where sfzh !~ '^\d{17}[\dX]$'), count(*) filter (where lxdh !~ '^1[3-9]\d{9}$'),
+               count(*) filter (where substr(sfzh, 7, 8) <> to_char(csrq, 'YYYYMMDD'))
+        from his.t_patient_info
+    """).fetchone()
+    assert bad == (0, 0, 0)
