@@ -7,14 +7,17 @@ from datetime import date
 from enum import StrEnum
 from typing import Annotated
 
-import click
 import typer
 
 from evalpkg.errors import EvalpkgError
 from evalpkg.settings import AGENT_ROLE, EVAL_DB, PROD_DB, RESULTS_DB, get_settings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="EMR agent benchmark: services, production simulation, de-identifying sync.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="EMR agent benchmark: services, production simulation, de-identifying sync.",
+)
 prod_app = typer.Typer(no_args_is_help=True, help="The simulated production HIS database.")
 deid_app = typer.Typer(no_args_is_help=True, help="The de-identification key.")
 app.add_typer(prod_app, name="prod")
@@ -67,15 +70,27 @@ def db_url(target: Target) -> None:
     from evalpkg.dburl import with_user
 
     settings = get_settings()
-    database = {Target.prod: PROD_DB, Target.eval: EVAL_DB, Target.results: RESULTS_DB,
-                Target.agent: EVAL_DB}[target]
+    database = {
+        Target.prod: PROD_DB,
+        Target.eval: EVAL_DB,
+        Target.results: RESULTS_DB,
+        Target.agent: EVAL_DB,
+    }[target]
     url = settings.db_url(database)
     typer.echo(with_user(url, AGENT_ROLE) if target is Target.agent else url)
 
 
+def _patients_in_range(value: int) -> int:
+    from evalpkg.prod.generator import MAX_PATIENTS, MIN_PATIENTS
+
+    if not MIN_PATIENTS <= value <= MAX_PATIENTS:
+        raise typer.BadParameter(f"{value} is outside {MIN_PATIENTS}..{MAX_PATIENTS}")
+    return value
+
+
 @prod_app.command("generate")
 def prod_generate(
-    patients: Annotated[int, typer.Option(min=100, max=100_000, help="number of patients")] = 2000,
+    patients: Annotated[int, typer.Option(callback=_patients_in_range, help="number of patients (100..100000)")] = 2000,
     seed: Annotated[int, typer.Option(help="random seed; same seed, same database")] = 7,
     as_of: Annotated[str, typer.Option(help="the simulated 'now' (YYYY-MM-DD)")] = "2026-10-31",
 ) -> None:
@@ -85,10 +100,12 @@ def prod_generate(
     try:
         as_of_date = date.fromisoformat(as_of)
     except ValueError as exc:
-        raise click.BadParameter(f"{as_of!r} is not YYYY-MM-DD", param_hint="--as-of") from exc
+        raise typer.BadParameter(f"{as_of!r} is not YYYY-MM-DD", param_hint="--as-of") from exc
     report = generate(get_settings().db_url(PROD_DB), patients, seed, as_of_date, _log)
-    _log(f"generated {report.total_rows:,} rows in {report.seconds:.1f}s "
-         f"({report.total_rows / report.seconds:,.0f} rows/s)")
+    _log(
+        f"generated {report.total_rows:,} rows in {report.seconds:.1f}s "
+        f"({report.total_rows / report.seconds:,.0f} rows/s)"
+    )
 
 
 @deid_app.command("set-key")
@@ -130,15 +147,19 @@ def sync(
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
-    except click.exceptions.Exit as exc:
+        code = app(standalone_mode=False)  # returns the code of typer.Exit raised inside a command
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        typer.echo(f"evalpkg: error: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         typer.echo("evalpkg: aborted", err=True)
         sys.exit(130)
+    except typer.TyperException as exc:  # usage errors: unknown option, bad value
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        if message:  # empty when a group was called without a command and printed its help
+            typer.echo(f"evalpkg: error: {message}", err=True)
+        sys.exit(getattr(exc, "exit_code", 2))
     except EvalpkgError as exc:
         typer.echo(f"evalpkg: error: {exc}", err=True)
         sys.exit(1)

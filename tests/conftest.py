@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from evalpkg.db import connect
 from evalpkg.prod.generator import generate
 from evalpkg.services import postgres
 from evalpkg.settings import PROD_DB, Settings
@@ -59,6 +60,9 @@ def generated(settings: Settings) -> Settings:
 
 @pytest.fixture(scope="session")
 def synced(generated: Settings) -> SyncReport:
+    # Log every statement prod receives, so tests can prove the key never travels there.
+    with connect(generated.admin_url) as conn:
+        conn.execute(f"alter database {PROD_DB} set log_statement = 'all'")
     return run_sync(generated, full_refresh=True)
 
 

@@ -23,7 +23,15 @@ OUTPATIENT_PANELS = {
     "pneumonia": [("WBC", 0.9)],
     "uri": [("WBC", 0.6)],
 }
-CHECKUP_PANEL = [("GLU", 0.9), ("HBA1C", 0.4), ("LDLC", 0.8), ("CREA", 0.8), ("ALT", 0.8), ("HGB", 0.8), ("WBC", 0.8)]
+CHECKUP_PANEL = [
+    ("GLU", 0.9),
+    ("HBA1C", 0.4),
+    ("LDLC", 0.8),
+    ("CREA", 0.8),
+    ("ALT", 0.8),
+    ("HGB", 0.8),
+    ("WBC", 0.8),
+]
 REJECTED_NOTES = np.array(["标本溶血", "标本凝固", "标本量不足"])
 
 
@@ -109,7 +117,11 @@ def _values(rng: np.random.Generator, pts: Patients, patient: np.ndarray, item: 
         "WBC": np.where(infection, 11.5 + 3.0 * z, 6.4 + 1.6 * z).clip(1.5),
         "HGB": np.where(male, 146 + 13 * z, 128 + 12 * z) - np.where(ckd, 22, 0),
         "LDLC": np.clip(np.where(has[:, cidx["hyperlipidemia"]], 3.9, 2.8) + 0.75 * z, 0.6, 8),
-        "TNI": np.where(chd & (rng.random(n) < 0.25), np.exp(np.log(0.8) + 1.0 * z), np.exp(np.log(0.01) + 0.5 * z)),
+        "TNI": np.where(
+            chd & (rng.random(n) < 0.25),
+            np.exp(np.log(0.8) + 1.0 * z),
+            np.exp(np.log(0.01) + 0.5 * z),
+        ),
         "BNP": np.where(hf, np.exp(np.log(650) + 0.7 * z), np.exp(np.log(38) + 0.6 * z)),
         "INR": np.where(warfarin, 2.3 + 0.5 * z, 1.0 + 0.08 * z).clip(0.7),
     }
@@ -156,17 +168,29 @@ def generate_labs(rng: np.random.Generator, pts: Patients, v: Visits, as_of: dat
     digits = np.where(legacy, 0, digits)
     value = np.round(value * 10.0**digits) / 10.0**digits
 
-    ref_range = np.where(low <= 0, np.char.add("<", np.char.mod("%g", high)),
-                         np.char.add(np.char.add(np.char.mod("%g", low), "-"), np.char.mod("%g", high)))
+    ref_range = np.where(
+        low <= 0,
+        np.char.add("<", np.char.mod("%g", high)),
+        np.char.add(np.char.add(np.char.mod("%g", low), "-"), np.char.mod("%g", high)),
+    )
     flag = np.where(value > high, "H", np.where(value < low, "L", "N")).astype(object)
     rejected = rng.random(n) < 0.015
     value[rejected] = np.nan
     flag[rejected] = ""
     note = np.where(rejected, rng.choice(REJECTED_NOTES, n), "")
     return Labs(
-        visit=visit, item=item, value=value, unit=unit, ref_range=ref_range, flag=flag,
-        cancelled=rng.random(n) < 0.015, note=note, sampled=sampled, executed=executed,
-        reported=reported, deleted=v.deleted[visit] | (rng.random(n) < 0.01),
+        visit=visit,
+        item=item,
+        value=value,
+        unit=unit,
+        ref_range=ref_range,
+        flag=flag,
+        cancelled=rng.random(n) < 0.015,
+        note=note,
+        sampled=sampled,
+        executed=executed,
+        reported=reported,
+        deleted=v.deleted[visit] | (rng.random(n) < 0.01),
     )
 
 
@@ -221,5 +245,13 @@ def generate_orders(rng: np.random.Generator, pts: Patients, v: Visits) -> Order
     supply = rng.choice(np.array([7, 14, 28, 30]), n).astype("timedelta64[D]").astype("timedelta64[s]")
     stop = np.where(inpatient, inpatient_stop, start + supply)
     stop = np.where(stop < start, start + 2 * HOUR, stop)  # NaT propagates for patients still in
-    return Orders(visit=visit, drug=np.array(drug), dose=dose, long_term=inpatient, start=start,
-                  stop=stop, voided=rng.random(n) < 0.02, deleted=v.deleted[visit] | (rng.random(n) < 0.01))
+    return Orders(
+        visit=visit,
+        drug=np.array(drug),
+        dose=dose,
+        long_term=inpatient,
+        start=start,
+        stop=stop,
+        voided=rng.random(n) < 0.02,
+        deleted=v.deleted[visit] | (rng.random(n) < 0.01),
+    )

@@ -43,9 +43,7 @@ def fmt_text(values: Column) -> list[str]:
     return [NULL if v is None else str(v) for v in values]
 
 
-def copy_columns(
-    conn: psycopg.Connection, table: str, columns: dict[str, Column], chunk_rows: int = 200_000
-) -> int:
+def copy_columns(conn: psycopg.Connection, table: str, columns: dict[str, Column], chunk_rows: int = 200_000) -> int:
     """COPY the given text columns (all the same length) into ``table``; returns rows loaded."""
     names = list(columns)
     cols = [list(c) if not isinstance(c, list) else c for c in columns.values()]

@@ -121,8 +121,19 @@ def generate_visits(rng: np.random.Generator, pts: Patients, start: date, as_of:
     seq = np.char.zfill((np.arange(nv) % 1_000_000).astype(str), 6)
     visit_id = np.char.add(np.char.add(prefix, ymd), seq)
     deleted = pts.deleted[patient] | (rng.random(nv) < 0.01)
-    return Visits(patient, focus, visit_id, inpatient, dept.astype(str), registered, admitted,
-                  discharged, los_days, discharge_way, deleted)
+    return Visits(
+        patient,
+        focus,
+        visit_id,
+        inpatient,
+        dept.astype(str),
+        registered,
+        admitted,
+        discharged,
+        los_days,
+        discharge_way,
+        deleted,
+    )
 
 
 def generate_diagnoses(rng: np.random.Generator, pts: Patients, v: Visits) -> Diagnoses:

@@ -18,7 +18,13 @@ from evalpkg.errors import ConfigError
 from evalpkg.prod import copy_writer as cw
 from evalpkg.prod.catalog import conditions, departments, drugs, lab_items, reference
 from evalpkg.prod.clinical import Labs, Orders, generate_labs, generate_orders
-from evalpkg.prod.encounters import CHECKUP_ICD, Diagnoses, Visits, generate_diagnoses, generate_visits
+from evalpkg.prod.encounters import (
+    CHECKUP_ICD,
+    Diagnoses,
+    Visits,
+    generate_diagnoses,
+    generate_visits,
+)
 from evalpkg.prod.patients import Patients, generate_patients
 from evalpkg.prod.tickets import generate_tickets
 from evalpkg.services.postgres import Progress
@@ -33,8 +39,6 @@ INDEXES = [
     "create index on his.t_lab_result (visit_id)",
     "create index on his.t_med_order (visit_id)",
 ]
-
-
 
 
 @dataclass
@@ -54,7 +58,8 @@ def _resource_text(name: str) -> str:
 def _update_time(*times: np.ndarray) -> np.ndarray:
     """Last event of the row; NaT events are ignored."""
     stacked = np.stack([np.where(np.isnat(t), np.datetime64("1970-01-01T00:00:00"), t) for t in times])
-    return stacked.max(axis=0) + np.timedelta64(5, "m")
+    last: np.ndarray = stacked.max(axis=0) + np.timedelta64(5, "m")
+    return last
 
 
 def _flag(values: np.ndarray) -> np.ndarray:
@@ -65,65 +70,120 @@ def _load_patients(conn: psycopg.Connection, p: Patients, v: Visits) -> int:
     first_visit = np.full(len(p), np.datetime64("2100-01-01T00:00:00"), dtype="datetime64[s]")
     np.minimum.at(first_visit, v.patient, v.registered)
     created = first_visit - np.timedelta64(1, "D")
-    return cw.copy_columns(conn, "his.t_patient_info", {
-        "patient_id": p.patient_id.tolist(), "brxm": p.name, "sfzh": p.id_card, "lxdh": p.phone,
-        "jtzz": p.address, "csrq": cw.fmt_date(p.birth), "xb": cw.fmt_int(p.sex),
-        "hyzk": cw.fmt_int(p.marital), "jdrq": cw.fmt_time(created),
-        "update_time": cw.fmt_time(created + np.timedelta64(10, "m")), "is_deleted": _flag(p.deleted),
-    })
+    return cw.copy_columns(
+        conn,
+        "his.t_patient_info",
+        {
+            "patient_id": p.patient_id.tolist(),
+            "brxm": p.name,
+            "sfzh": p.id_card,
+            "lxdh": p.phone,
+            "jtzz": p.address,
+            "csrq": cw.fmt_date(p.birth),
+            "xb": cw.fmt_int(p.sex),
+            "hyzk": cw.fmt_int(p.marital),
+            "jdrq": cw.fmt_time(created),
+            "update_time": cw.fmt_time(created + np.timedelta64(10, "m")),
+            "is_deleted": _flag(p.deleted),
+        },
+    )
 
 
 def _load_visits(conn: psycopg.Connection, p: Patients, v: Visits) -> int:
     los = np.where(v.los_days >= 0, v.los_days.astype(float), np.nan)
     way = np.where(v.discharge_way > 0, v.discharge_way.astype(float), np.nan)
-    return cw.copy_columns(conn, "his.t_zy_visit", {
-        "visit_id": v.visit_id.tolist(), "patient_id": p.patient_id[v.patient].tolist(),
-        "visit_type": np.where(v.inpatient, "ZY", "MZ").tolist(), "ksdm": v.dept.tolist(),
-        "ghrq": cw.fmt_time(v.registered), "ryrq": cw.fmt_time(v.admitted),
-        "cyrq": cw.fmt_time(v.discharged), "zyts": cw.fmt_num(los, 0), "cyfs": cw.fmt_num(way, 0),
-        "update_time": cw.fmt_time(_update_time(v.admitted, v.discharged)),
-        "is_deleted": _flag(v.deleted),
-    })
+    return cw.copy_columns(
+        conn,
+        "his.t_zy_visit",
+        {
+            "visit_id": v.visit_id.tolist(),
+            "patient_id": p.patient_id[v.patient].tolist(),
+            "visit_type": np.where(v.inpatient, "ZY", "MZ").tolist(),
+            "ksdm": v.dept.tolist(),
+            "ghrq": cw.fmt_time(v.registered),
+            "ryrq": cw.fmt_time(v.admitted),
+            "cyrq": cw.fmt_time(v.discharged),
+            "zyts": cw.fmt_num(los, 0),
+            "cyfs": cw.fmt_num(way, 0),
+            "update_time": cw.fmt_time(_update_time(v.admitted, v.discharged)),
+            "is_deleted": _flag(v.deleted),
+        },
+    )
 
 
 def _load_diagnoses(conn: psycopg.Connection, p: Patients, v: Visits, d: Diagnoses) -> int:
     conds = conditions()
     icd = np.array([CHECKUP_ICD[0] if c < 0 else conds[c]["icd10"] for c in d.condition])
-    return cw.copy_columns(conn, "his.t_diag_record", {
-        "diag_id": cw.fmt_int(np.arange(1, len(icd) + 1)), "visit_id": v.visit_id[d.visit].tolist(),
-        "patient_id": p.patient_id[v.patient[d.visit]].tolist(), "icd10_code": icd.tolist(),
-        "zdmc": d.text, "zdlx": np.where(d.primary, "1", "2").tolist(), "zdsj": cw.fmt_time(d.time),
-        "update_time": cw.fmt_time(_update_time(d.time)), "is_deleted": _flag(d.deleted),
-    })
+    return cw.copy_columns(
+        conn,
+        "his.t_diag_record",
+        {
+            "diag_id": cw.fmt_int(np.arange(1, len(icd) + 1)),
+            "visit_id": v.visit_id[d.visit].tolist(),
+            "patient_id": p.patient_id[v.patient[d.visit]].tolist(),
+            "icd10_code": icd.tolist(),
+            "zdmc": d.text,
+            "zdlx": np.where(d.primary, "1", "2").tolist(),
+            "zdsj": cw.fmt_time(d.time),
+            "update_time": cw.fmt_time(_update_time(d.time)),
+            "is_deleted": _flag(d.deleted),
+        },
+    )
 
 
 def _load_labs(conn: psycopg.Connection, p: Patients, v: Visits, lab: Labs) -> int:
     names = {k: item["xmmc"] for k, item in lab_items().items()}
-    digits = np.array([0 if u == "mg/dL" else lab_items()[x]["digits"] for x, u in zip(lab.item, lab.unit, strict=True)])
-    return cw.copy_columns(conn, "his.t_lab_result", {
-        "lab_id": cw.fmt_int(np.arange(1, len(lab.item) + 1)), "visit_id": v.visit_id[lab.visit].tolist(),
-        "patient_id": p.patient_id[v.patient[lab.visit]].tolist(), "xmdm": lab.item.tolist(),
-        "xmmc": [names[x] for x in lab.item], "result_value": cw.fmt_num(lab.value, digits),
-        "unit": [u or cw.NULL for u in lab.unit], "ref_range": lab.ref_range.tolist(),
-        "result_flag": [f or cw.NULL for f in lab.flag], "bgzt": np.where(lab.cancelled, "C", "F").tolist(),
-        "bz": [b or cw.NULL for b in lab.note], "cysj": cw.fmt_time(lab.sampled),
-        "exec_time": cw.fmt_time(lab.executed), "report_time": cw.fmt_time(lab.reported),
-        "update_time": cw.fmt_time(_update_time(lab.executed, lab.reported)), "is_deleted": _flag(lab.deleted),
-    })
+    digits = np.array(
+        [0 if u == "mg/dL" else lab_items()[x]["digits"] for x, u in zip(lab.item, lab.unit, strict=True)]
+    )
+    return cw.copy_columns(
+        conn,
+        "his.t_lab_result",
+        {
+            "lab_id": cw.fmt_int(np.arange(1, len(lab.item) + 1)),
+            "visit_id": v.visit_id[lab.visit].tolist(),
+            "patient_id": p.patient_id[v.patient[lab.visit]].tolist(),
+            "xmdm": lab.item.tolist(),
+            "xmmc": [names[x] for x in lab.item],
+            "result_value": cw.fmt_num(lab.value, digits),
+            "unit": [u or cw.NULL for u in lab.unit],
+            "ref_range": lab.ref_range.tolist(),
+            "result_flag": [f or cw.NULL for f in lab.flag],
+            "bgzt": np.where(lab.cancelled, "C", "F").tolist(),
+            "bz": [b or cw.NULL for b in lab.note],
+            "cysj": cw.fmt_time(lab.sampled),
+            "exec_time": cw.fmt_time(lab.executed),
+            "report_time": cw.fmt_time(lab.reported),
+            "update_time": cw.fmt_time(_update_time(lab.executed, lab.reported)),
+            "is_deleted": _flag(lab.deleted),
+        },
+    )
 
 
 def _load_orders(conn: psycopg.Connection, p: Patients, v: Visits, o: Orders) -> int:
     catalog = drugs()
     rows = [catalog[d] for d in o.drug]
-    return cw.copy_columns(conn, "his.t_med_order", {
-        "order_id": cw.fmt_int(np.arange(1, len(rows) + 1)), "visit_id": v.visit_id[o.visit].tolist(),
-        "patient_id": p.patient_id[v.patient[o.visit]].tolist(), "ypdm": [r["ypdm"] for r in rows],
-        "ypmc": [r["ypmc"] for r in rows], "jl": cw.fmt_num(o.dose, 2), "jldw": [r["unit"] for r in rows],
-        "pc": [r["freq"] for r in rows], "gytj": [r["route"] for r in rows],
-        "yzlx": np.where(o.long_term, "1", "2").tolist(), "kssj": cw.fmt_time(o.start),
-        "jssj": cw.fmt_time(o.stop), "zfbz": _flag(o.voided),
-        "update_time": cw.fmt_time(_update_time(o.start, o.stop)), "is_deleted": _flag(o.deleted),
-    })
+    return cw.copy_columns(
+        conn,
+        "his.t_med_order",
+        {
+            "order_id": cw.fmt_int(np.arange(1, len(rows) + 1)),
+            "visit_id": v.visit_id[o.visit].tolist(),
+            "patient_id": p.patient_id[v.patient[o.visit]].tolist(),
+            "ypdm": [r["ypdm"] for r in rows],
+            "ypmc": [r["ypmc"] for r in rows],
+            "jl": cw.fmt_num(o.dose, 2),
+            "jldw": [r["unit"] for r in rows],
+            "pc": [r["freq"] for r in rows],
+            "gytj": [r["route"] for r in rows],
+            "yzlx": np.where(o.long_term, "1", "2").tolist(),
+            "kssj": cw.fmt_time(o.start),
+            "jssj": cw.fmt_time(o.stop),
+            "zfbz": _flag(o.voided),
+            "update_time": cw.fmt_time(_update_time(o.start, o.stop)),
+            "is_deleted": _flag(o.deleted),
+        },
+    )
 
 
 def _load_reference(conn: psycopg.Connection, as_of: date) -> None:
@@ -132,13 +192,35 @@ def _load_reference(conn: psycopg.Connection, as_of: date) -> None:
     with conn.cursor() as cur:
         cur.executemany(
             "insert into his.dict_dept values (%s,%s,%s,%s,%s,1,%s,%s,%s)",
-            [(d["ksdm"], d["ksmc"], d["ksmc_en"], d["parent"], groups[d["parent"]],
-              1 if "retired_after" in d else 0, d.get("retired_after"), stamp) for d in departments()],
+            [
+                (
+                    d["ksdm"],
+                    d["ksmc"],
+                    d["ksmc_en"],
+                    d["parent"],
+                    groups[d["parent"]],
+                    1 if "retired_after" in d else 0,
+                    d.get("retired_after"),
+                    stamp,
+                )
+                for d in departments()
+            ],
         )
         cur.executemany(
             "insert into his.dict_lab_item values (%s,%s,%s,%s,%s,%s,%s,%s)",
-            [(x["xmdm"], x["xmmc"], x["xmmc_en"], x["unit"] or None, x["low"], x["high"], x["specimen"], stamp)
-             for x in lab_items().values()],
+            [
+                (
+                    x["xmdm"],
+                    x["xmmc"],
+                    x["xmmc_en"],
+                    x["unit"] or None,
+                    x["low"],
+                    x["high"],
+                    x["specimen"],
+                    stamp,
+                )
+                for x in lab_items().values()
+            ],
         )
         cur.executemany(
             "insert into his.dict_drug values (%s,%s,%s,%s,%s,%s)",
@@ -156,8 +238,13 @@ def _load_reference(conn: psycopg.Connection, as_of: date) -> None:
         )
 
 
-def generate(url: str, patients: int, seed: int, as_of: date = DEFAULT_AS_OF,
-             progress: Progress = lambda _: None) -> GenerateReport:
+def generate(
+    url: str,
+    patients: int,
+    seed: int,
+    as_of: date = DEFAULT_AS_OF,
+    progress: Progress = lambda _: None,
+) -> GenerateReport:
     if not MIN_PATIENTS <= patients <= MAX_PATIENTS:
         raise ConfigError(f"--patients: {patients} is outside {MIN_PATIENTS}..{MAX_PATIENTS}")
     t0 = time.perf_counter()
@@ -175,23 +262,36 @@ def generate(url: str, patients: int, seed: int, as_of: date = DEFAULT_AS_OF,
     with connect(url, autocommit=False) as conn:
         conn.execute(_resource_text("schema.sql"))
         _load_reference(conn, as_of)
-        for table, load in [
+        loaders: list[tuple[str, Callable[[], int]]] = [
             ("t_patient_info", lambda: _load_patients(conn, p, v)),
             ("t_zy_visit", lambda: _load_visits(conn, p, v)),
             ("t_diag_record", lambda: _load_diagnoses(conn, p, v, d)),
             ("t_lab_result", lambda: _load_labs(conn, p, v, lab)),
             ("t_med_order", lambda: _load_orders(conn, p, v, orders)),
-        ]:
+        ]
+        for table, load in loaders:
             report.rows[table] = load()
             progress(f"loaded his.{table}: {report.rows[table]:,} rows")
         with conn.cursor() as cur:
             cur.executemany(
                 "insert into ops.query_ticket values (%s,%s,%s,%s,%s,%s,%s)",
-                [(t.ticket_id, t.created_at, t.ksdm, t.requester, t.request_text, t.sql_text, t.status)
-                 for t in tickets],
+                [
+                    (
+                        t.ticket_id,
+                        t.created_at,
+                        t.ksdm,
+                        t.requester,
+                        t.request_text,
+                        t.sql_text,
+                        t.status,
+                    )
+                    for t in tickets
+                ],
             )
-            cur.execute("insert into meta.his_info values (%s,%s,%s,%s,now())",
-                        (as_of, seed, patients, GENERATOR_VERSION))
+            cur.execute(
+                "insert into meta.his_info values (%s,%s,%s,%s,now())",
+                (as_of, seed, patients, GENERATOR_VERSION),
+            )
         report.rows["query_ticket"] = len(tickets)
         for ddl in INDEXES:
             conn.execute(ddl)

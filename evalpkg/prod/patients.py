@@ -37,7 +37,8 @@ class Patients:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+    result: np.ndarray = 1.0 / (1.0 + np.exp(-x))
+    return result
 
 
 def _id_card(region: str, birth: np.datetime64, seq: int) -> str:
@@ -53,8 +54,11 @@ def generate_patients(rng: np.random.Generator, n: int, as_of: date) -> Patients
     as_of_d = np.datetime64(as_of, "D")
     birth = as_of_d - (age * 365.25).astype("timedelta64[D]")
     sex = rng.choice(np.array([1, 2, 0, 9]), n, p=[0.485, 0.495, 0.01, 0.01])
-    marital = np.where(age < 22, 10, rng.choice(np.array([10, 20, 30, 40, 90]), n,
-                                                p=[0.12, 0.72, 0.07, 0.05, 0.04]))
+    marital = np.where(
+        age < 22,
+        10,
+        rng.choice(np.array([10, 20, 30, 40, 90]), n, p=[0.12, 0.72, 0.07, 0.05, 0.04]),
+    )
 
     risk = rng.normal(0, 1, n)
     conds = conditions()
@@ -74,8 +78,11 @@ def generate_patients(rng: np.random.Generator, n: int, as_of: date) -> Patients
         has[:, j] = rng.random(n) < p
 
     t2dm = has[:, [c["key"] for c in conds].index("t2dm")]
-    hba1c = np.where(t2dm, np.clip(rng.normal(7.6, 1.2, n), 5.8, 13.5),
-                     np.clip(rng.normal(5.4, 0.3, n), 4.2, 6.2))
+    hba1c = np.where(
+        t2dm,
+        np.clip(rng.normal(7.6, 1.2, n), 5.8, 13.5),
+        np.clip(rng.normal(5.4, 0.3, n), 4.2, 6.2),
+    )
     anticoag = rng.choice(np.array([0, 1, 2]), n, p=[0.38, 0.32, 0.30])
 
     ids = rng.choice(900_000_000, size=n, replace=False) + 100_000_000
@@ -97,12 +104,19 @@ def generate_patients(rng: np.random.Generator, n: int, as_of: date) -> Patients
     st_idx = rng.integers(0, len(streets), n)
     house = rng.integers(1, 999, n)
     unit = rng.integers(1, 30, n)
-    addresses = [
-        f"{regions[r_idx[i]]['name']}{streets[st_idx[i]]}{house[i]}号{unit[i]}单元"
-        for i in range(n)
-    ]
+    addresses = [f"{regions[r_idx[i]]['name']}{streets[st_idx[i]]}{house[i]}号{unit[i]}单元" for i in range(n)]
     return Patients(
-        patient_id=patient_id, name=names, id_card=id_cards, phone=phones, address=addresses,
-        birth=birth, age=age, sex=sex, marital=marital, has=has, hba1c_level=hba1c,
-        anticoagulant=anticoag, deleted=rng.random(n) < 0.01,
+        patient_id=patient_id,
+        name=names,
+        id_card=id_cards,
+        phone=phones,
+        address=addresses,
+        birth=birth,
+        age=age,
+        sex=sex,
+        marital=marital,
+        has=has,
+        hba1c_level=hba1c,
+        anticoagulant=anticoag,
+        deleted=rng.random(n) < 0.01,
     )

@@ -42,12 +42,23 @@ def start(settings: Settings) -> None:
     mlflow_bin = Path(sys.executable).with_name("mlflow")
     proc = subprocess.Popen(
         [
-            str(mlflow_bin), "server",
-            "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-            "--artifacts-destination", str(root / "artifacts"),
-            "--host", "127.0.0.1", "--port", str(settings.mlflow_port), "--workers", "1",
+            str(mlflow_bin),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(settings.mlflow_port),
+            "--workers",
+            "1",
         ],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
     )
     _pid_file(settings).write_text(str(proc.pid))
     deadline = time.monotonic() + START_DEADLINE_S

@@ -100,8 +100,17 @@ def init_cluster(settings: Settings) -> bool:
     chown_to_service_user(p.root)
     run(
         as_service_user(
-            [str(bin_dir() / "initdb"), "-D", str(p.data), "-U", "postgres", "-E", "UTF8",
-             "--no-locale", "--auth=trust"]
+            [
+                str(bin_dir() / "initdb"),
+                "-D",
+                str(p.data),
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--auth=trust",
+            ]
         ),
         what="initdb",
     )
@@ -122,8 +131,17 @@ def start(settings: Settings) -> None:
         return
     run(
         as_service_user(
-            [str(bin_dir() / "pg_ctl"), "-D", str(p.data), "-l", str(p.log), "-w", "-t", "60",
-             "start"]
+            [
+                str(bin_dir() / "pg_ctl"),
+                "-D",
+                str(p.data),
+                "-l",
+                str(p.log),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ]
         ),
         what=f"starting PostgreSQL (log: {p.log})",
     )

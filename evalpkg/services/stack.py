@@ -44,6 +44,10 @@ def down(settings: Settings, log: postgres.Progress) -> None:
 def status(settings: Settings) -> list[ServiceStatus]:
     return [
         ServiceStatus("postgresql", settings.admin_url, settings.embedded_pg, can_connect(settings.admin_url)),
-        ServiceStatus("mlflow", settings.tracking_uri, settings.embedded_mlflow,
-                      mlflow_server.is_healthy(settings.tracking_uri)),
+        ServiceStatus(
+            "mlflow",
+            settings.tracking_uri,
+            settings.embedded_mlflow,
+            mlflow_server.is_healthy(settings.tracking_uri),
+        ),
     ]

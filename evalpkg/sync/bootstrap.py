@@ -10,7 +10,15 @@ from psycopg import sql
 from evalpkg.db import connect
 from evalpkg.dburl import parts
 from evalpkg.errors import ConfigError, DataError
-from evalpkg.settings import AGENT_ROLE, EVAL_DB, PROD_DB, PROD_READER_ROLE, RESULTS_DB, SYNC_ROLE, Settings
+from evalpkg.settings import (
+    AGENT_ROLE,
+    EVAL_DB,
+    PROD_DB,
+    PROD_READER_ROLE,
+    RESULTS_DB,
+    SYNC_ROLE,
+    Settings,
+)
 
 FOREIGN_SERVER = "prod_his"
 # Foreign (prod) schema -> local schema holding its foreign tables; only the sync role reads them.
@@ -37,21 +45,28 @@ def ensure_roles(settings: Settings) -> None:
         conn.execute(sql.SQL("alter role {} set default_transaction_read_only = on").format(_ident(AGENT_ROLE)))
         conn.execute(
             sql.SQL("alter role {} set statement_timeout = {}").format(
-                _ident(AGENT_ROLE), sql.Literal(f"{settings.agent_statement_timeout_ms}ms"))
+                _ident(AGENT_ROLE), sql.Literal(f"{settings.agent_statement_timeout_ms}ms")
+            )
         )
         for db in (PROD_DB, EVAL_DB, RESULTS_DB):
             conn.execute(sql.SQL("revoke connect, temporary on database {} from public").format(_ident(db)))
         conn.execute(sql.SQL("grant connect on database {} to {}").format(_ident(PROD_DB), _ident(PROD_READER_ROLE)))
-        conn.execute(sql.SQL("grant connect, temporary on database {} to {}").format(_ident(EVAL_DB), _ident(SYNC_ROLE)))
+        conn.execute(
+            sql.SQL("grant connect, temporary on database {} to {}").format(_ident(EVAL_DB), _ident(SYNC_ROLE))
+        )
         conn.execute(sql.SQL("grant connect on database {} to {}").format(_ident(EVAL_DB), _ident(AGENT_ROLE)))
 
 
 def grant_prod_reader(settings: Settings) -> None:
     """Read-only access for the fdw login; fails clearly when prod was never generated."""
     with connect(settings.db_url(PROD_DB)) as conn:
-        present = {r[0] for r in conn.execute(
-            "select table_schema from information_schema.tables where table_schema = any(%s)",
-            (list(FOREIGN_SCHEMAS),)).fetchall()}
+        present = {
+            r[0]
+            for r in conn.execute(
+                "select table_schema from information_schema.tables where table_schema = any(%s)",
+                (list(FOREIGN_SCHEMAS),),
+            ).fetchall()
+        }
         missing = set(FOREIGN_SCHEMAS) - present
         if missing:
             raise DataError(
@@ -60,8 +75,11 @@ def grant_prod_reader(settings: Settings) -> None:
             )
         for schema in FOREIGN_SCHEMAS:
             conn.execute(sql.SQL("grant usage on schema {} to {}").format(_ident(schema), _ident(PROD_READER_ROLE)))
-            conn.execute(sql.SQL("grant select on all tables in schema {} to {}").format(
-                _ident(schema), _ident(PROD_READER_ROLE)))
+            conn.execute(
+                sql.SQL("grant select on all tables in schema {} to {}").format(
+                    _ident(schema), _ident(PROD_READER_ROLE)
+                )
+            )
 
 
 def ensure_eval_db(settings: Settings) -> None:
@@ -70,27 +88,41 @@ def ensure_eval_db(settings: Settings) -> None:
         conn.execute("create extension if not exists pgcrypto")
         conn.execute("create extension if not exists postgres_fdw")
         conn.execute(sql.SQL("create schema if not exists {}").format(_ident(KEY_SCHEMA)))
-        conn.execute(sql.SQL(
-            "create table if not exists {}.{} (hmac_key bytea not null, created_at timestamptz not null default now())"
-        ).format(_ident(KEY_SCHEMA), _ident(KEY_TABLE)))
+        conn.execute(
+            sql.SQL(
+                "create table if not exists {}.{} "
+                "(hmac_key bytea not null, created_at timestamptz not null default now())"
+            ).format(_ident(KEY_SCHEMA), _ident(KEY_TABLE))
+        )
         conn.execute(sql.SQL("revoke all on schema {} from public").format(_ident(KEY_SCHEMA)))
         conn.execute(sql.SQL("grant usage on schema {} to {}").format(_ident(KEY_SCHEMA), _ident(SYNC_ROLE)))
-        conn.execute(sql.SQL("grant select on {}.{} to {}").format(
-            _ident(KEY_SCHEMA), _ident(KEY_TABLE), _ident(SYNC_ROLE)))
+        conn.execute(
+            sql.SQL("grant select on {}.{} to {}").format(_ident(KEY_SCHEMA), _ident(KEY_TABLE), _ident(SYNC_ROLE))
+        )
         for schema in ("staging", *FOREIGN_SCHEMAS.values(), *MART_SCHEMAS):
-            conn.execute(sql.SQL("create schema if not exists {} authorization {}").format(
-                _ident(schema), _ident(SYNC_ROLE)))
-        conn.execute(sql.SQL(
-            "create table if not exists staging.sync_watermark "
-            "(model text primary key, high_water timestamp, pending timestamp)"))
+            conn.execute(
+                sql.SQL("create schema if not exists {} authorization {}").format(_ident(schema), _ident(SYNC_ROLE))
+            )
+        conn.execute(
+            sql.SQL(
+                "create table if not exists staging.sync_watermark "
+                "(model text primary key, high_water timestamp, pending timestamp)"
+            )
+        )
         conn.execute(sql.SQL("alter table staging.sync_watermark owner to {}").format(_ident(SYNC_ROLE)))
         conn.execute(sql.SQL("grant create on database {} to {}").format(_ident(EVAL_DB), _ident(SYNC_ROLE)))
         for schema in MART_SCHEMAS:
             conn.execute(sql.SQL("grant usage on schema {} to {}").format(_ident(schema), _ident(AGENT_ROLE)))
-            conn.execute(sql.SQL("alter default privileges for role {} in schema {} grant select on tables to {}").format(
-                _ident(SYNC_ROLE), _ident(schema), _ident(AGENT_ROLE)))
-        conn.execute(sql.SQL("alter role {} in database {} set search_path = emr, meta").format(
-            _ident(AGENT_ROLE), _ident(EVAL_DB)))
+            conn.execute(
+                sql.SQL("alter default privileges for role {} in schema {} grant select on tables to {}").format(
+                    _ident(SYNC_ROLE), _ident(schema), _ident(AGENT_ROLE)
+                )
+            )
+        conn.execute(
+            sql.SQL("alter role {} in database {} set search_path = emr, meta").format(
+                _ident(AGENT_ROLE), _ident(EVAL_DB)
+            )
+        )
 
 
 def ensure_foreign_server(settings: Settings) -> None:
@@ -102,25 +134,47 @@ def ensure_foreign_server(settings: Settings) -> None:
         conn.execute(sql.SQL("alter role {} password {}").format(_ident(PROD_READER_ROLE), sql.Literal(password)))
     with connect(settings.db_url(EVAL_DB)) as conn:
         conn.execute(sql.SQL("drop server if exists {} cascade").format(_ident(FOREIGN_SERVER)))
-        conn.execute(sql.SQL(
-            "create server {} foreign data wrapper postgres_fdw options "
-            "(host {}, port {}, dbname {}, fetch_size '50000', extensions 'pgcrypto')"
-        ).format(_ident(FOREIGN_SERVER), sql.Literal(host), sql.Literal(str(target["port"])), sql.Literal(PROD_DB)))
-        conn.execute(sql.SQL("grant usage on foreign server {} to {}").format(_ident(FOREIGN_SERVER), _ident(SYNC_ROLE)))
-        conn.execute(sql.SQL("create user mapping for {} server {} options (user {}, password {})").format(
-            _ident(SYNC_ROLE), _ident(FOREIGN_SERVER), sql.Literal(PROD_READER_ROLE), sql.Literal(password)))
+        # Never list pgcrypto in the server's `extensions`: hmac() would then be shipped to prod
+        # with the key as a query parameter. Remote estimates give the planner real row counts.
+        conn.execute(
+            sql.SQL(
+                "create server {} foreign data wrapper postgres_fdw options "
+                "(host {}, port {}, dbname {}, fetch_size '50000', use_remote_estimate 'true')"
+            ).format(
+                _ident(FOREIGN_SERVER),
+                sql.Literal(host),
+                sql.Literal(str(target["port"])),
+                sql.Literal(PROD_DB),
+            )
+        )
+        conn.execute(
+            sql.SQL("grant usage on foreign server {} to {}").format(_ident(FOREIGN_SERVER), _ident(SYNC_ROLE))
+        )
+        conn.execute(
+            sql.SQL("create user mapping for {} server {} options (user {}, password {})").format(
+                _ident(SYNC_ROLE),
+                _ident(FOREIGN_SERVER),
+                sql.Literal(PROD_READER_ROLE),
+                sql.Literal(password),
+            )
+        )
     with connect(settings.db_url(EVAL_DB)) as conn:
         conn.execute(sql.SQL("set role {}").format(_ident(SYNC_ROLE)))
         for remote, local in FOREIGN_SCHEMAS.items():
             conn.execute(sql.SQL("drop schema if exists {} cascade").format(_ident(local)))
             conn.execute(sql.SQL("create schema {}").format(_ident(local)))
-            conn.execute(sql.SQL("import foreign schema {} from server {} into {}").format(
-                _ident(remote), _ident(FOREIGN_SERVER), _ident(local)))
+            conn.execute(
+                sql.SQL("import foreign schema {} from server {} into {}").format(
+                    _ident(remote), _ident(FOREIGN_SERVER), _ident(local)
+                )
+            )
 
 
 def has_key(settings: Settings) -> bool:
     with connect(settings.db_url(EVAL_DB)) as conn:
-        row = conn.execute(sql.SQL("select count(*) from {}.{}").format(_ident(KEY_SCHEMA), _ident(KEY_TABLE))).fetchone()
+        row = conn.execute(
+            sql.SQL("select count(*) from {}.{}").format(_ident(KEY_SCHEMA), _ident(KEY_TABLE))
+        ).fetchone()
     return bool(row and row[0])
 
 
@@ -136,8 +190,10 @@ def set_key(settings: Settings, key: bytes | None = None, *, replace: bool = Fal
             return False
         conn.execute(sql.SQL("delete from {}").format(table))
         conn.execute("delete from staging.sync_watermark")  # new key: reload incremental models
-        conn.execute(sql.SQL("insert into {} (hmac_key) values (%s)").format(table),
-                     (key or secrets.token_bytes(MIN_KEY_BYTES),))
+        conn.execute(
+            sql.SQL("insert into {} (hmac_key) values (%s)").format(table),
+            (key or secrets.token_bytes(MIN_KEY_BYTES),),
+        )
         conn.commit()
     return True
 

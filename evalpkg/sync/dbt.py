@@ -59,8 +59,15 @@ def run_dbt(settings: Settings, command: str, *extra: str) -> list[NodeResult]:
     raw = getattr(res.result, "results", None) or []
     for r in raw:
         node = r.node
-        results.append(NodeResult(node.name, str(node.resource_type), str(r.status),
-                                  float(r.execution_time or 0), (r.message or "").strip()))
+        results.append(
+            NodeResult(
+                node.name,
+                str(node.resource_type),
+                str(r.status),
+                float(r.execution_time or 0),
+                (r.message or "").strip(),
+            )
+        )
     failed = [r for r in results if r.status in ("error", "fail", "runtime error")]
     if failed:
         first = failed[0]

@@ -28,8 +28,10 @@ class SyncReport:
         total = sum(self.rows.values())
         checks = self.validation.summary() if self.validation else "not validated"
         timing = ", ".join(f"{k} {v:.1f}s" for k, v in self.seconds.items())
-        return (f"synced {total:,} rows into {EVAL_DB} (snapshot {self.snapshot_version}); "
-                f"dbt {len(self.nodes)} nodes ok; {checks}; {timing}")
+        return (
+            f"synced {total:,} rows into {EVAL_DB} (snapshot {self.snapshot_version}); "
+            f"dbt {len(self.nodes)} nodes ok; {checks}; {timing}"
+        )
 
 
 def prepare(settings: Settings) -> None:
@@ -46,8 +48,13 @@ def prepare(settings: Settings) -> None:
     bootstrap.ensure_foreign_server(settings)
 
 
-def run_sync(settings: Settings, *, full_refresh: bool = False, validate: bool = True,
-             progress: Progress = lambda _: None) -> SyncReport:
+def run_sync(
+    settings: Settings,
+    *,
+    full_refresh: bool = False,
+    validate: bool = True,
+    progress: Progress = lambda _: None,
+) -> SyncReport:
     report = SyncReport()
     t0 = time.perf_counter()
     prepare(settings)

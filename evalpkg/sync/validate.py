@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from evalpkg.db import connect
 from evalpkg.errors import ConfigError, SyncError
@@ -20,9 +20,10 @@ PSEUDONYM_COLUMNS = ("patient_id", "visit_id")
 ROW_PARITY_TABLES = ("t_patient_info", "t_zy_visit", "t_diag_record", "t_lab_result", "t_med_order")
 
 
-class ExpectationSpec(BaseModel):
+class ExpectationSpec(BaseModel):  # type: ignore[no-redef]
     type: str
-    kwargs: dict[str, Any]
+    # "kwargs" is GX's own key in suite JSON; the pydantic mypy plugin clashes with **kwargs.
+    arguments: dict[str, Any] = Field(alias="kwargs")
 
 
 class BatchSpec(BaseModel):
@@ -80,7 +81,9 @@ def _text_values_query(settings: Settings, schemas: list[str]) -> str:
         cols = conn.execute(
             "select table_schema, table_name, column_name from information_schema.columns "
             "where table_schema = any(%s) and data_type in ('text', 'character varying', 'character') "
-            "and column_name <> all(%s) order by 1, 2, 3", (schemas, list(PSEUDONYM_COLUMNS))).fetchall()
+            "and column_name <> all(%s) order by 1, 2, 3",
+            (schemas, list(PSEUDONYM_COLUMNS)),
+        ).fetchall()
     parts = [f'select distinct "{c}"::text as value from "{s}"."{t}"' for s, t, c in cols]
     return " union ".join(parts)
 
@@ -104,29 +107,36 @@ def _parameters(settings: Settings) -> dict[str, Any]:
 
 def run_suite(settings: Settings, suite_path: Path, url: str, params: dict[str, Any]) -> ValidationReport:
     import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
     from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     spec = load_suite(suite_path)
     context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = {"globally": False}
-    source = context.data_sources.add_postgres(name="db", connection_string=url.replace("postgresql://", "postgresql+psycopg://", 1))
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    source = context.data_sources.add_postgres(
+        name="db", connection_string=url.replace("postgresql://", "postgresql+psycopg://", 1)
+    )
     report = ValidationReport(spec.name)
     for batch in spec.batches:
         query = batch.query or _text_values_query(settings, batch.all_text_columns or [])
         asset = source.add_query_asset(name=batch.name, query=query)
         suite = gx.ExpectationSuite(name=f"{spec.name}.{batch.name}")
         for exp in batch.expectations:
-            suite.add_expectation_configuration(ExpectationConfiguration(type=exp.type, kwargs=exp.kwargs))
+            suite.add_expectation_configuration(ExpectationConfiguration(type=exp.type, kwargs=exp.arguments))
         definition = gx.ValidationDefinition(
-            name=batch.name, data=asset.add_batch_definition_whole_table("all"), suite=context.suites.add(suite))
+            name=batch.name,
+            data=asset.add_batch_definition_whole_table("all"),
+            suite=context.suites.add(suite),
+        )
         result = definition.run(expectation_parameters=params, result_format="SUMMARY")
         for r in result.results:
             report.evaluated += 1
             if not r.success:
+                config = r.expectation_config
                 observed = r.result.get("observed_value", r.result.get("partial_unexpected_list"))
-                report.failures.append(Failure(batch.name, r.expectation_config.type,
-                                               r.expectation_config.kwargs.get("column"), observed))
+                column = config.kwargs.get("column") if config else None
+                report.failures.append(Failure(batch.name, config.type if config else "?", column, observed))
     return report
 
 

@@ -61,9 +61,10 @@ def test_diabetics_have_diabetic_hba1c_and_treatment(prod: psycopg.Connection) -
     treated = prod.execute("""
         with dm as (select distinct patient_id from his.t_diag_record where icd10_code like 'E11%'),
         rx as (select distinct patient_id from his.t_med_order where ypdm in ('Y0001', 'Y0002', 'Y0003'))
-        select avg((p.patient_id in (select patient_id from rx))::int) filter (where p.patient_id in (select patient_id from dm)),
-               avg((p.patient_id in (select patient_id from rx))::int) filter (where p.patient_id not in (select patient_id from dm))
-        from his.t_patient_info p
+        select avg(treated::int) filter (where diabetic), avg(treated::int) filter (where not diabetic)
+        from (select p.patient_id in (select patient_id from rx) as treated,
+                     p.patient_id in (select patient_id from dm) as diabetic
+              from his.t_patient_info p) x
     """).fetchone()
     assert treated is not None
     # An undiagnosed diabetic (no E11 record kept) can still hold a metformin order.
@@ -84,25 +85,48 @@ def test_glucose_units_switch_from_mg_dl_to_mmol_l(prod: psycopg.Connection) -> 
 def test_traps_exist(prod: psycopg.Connection) -> None:
     for table in ("t_patient_info", "t_zy_visit", "t_diag_record", "t_lab_result", "t_med_order"):
         assert _one(prod, f"select count(*) from his.{table} where is_deleted = 1") > 0, table
-    assert _one(prod, "select count(*) from his.t_lab_result where result_value is null and bz is not null") > 0
+    assert (
+        _one(
+            prod,
+            "select count(*) from his.t_lab_result where result_value is null and bz is not null",
+        )
+        > 0
+    )
     assert _one(prod, "select count(*) from his.t_lab_result where bgzt = 'C'") > 0
     assert _one(prod, "select count(*) from his.t_med_order where zfbz = 1") > 0
     assert _one(prod, "select count(*) from his.t_zy_visit where visit_type = 'ZY' and cyrq is null") > 0
     assert _one(prod, "select count(*) from his.t_zy_visit where ksdm = '0199'") > 0
-    assert _one(prod, "select count(*) from his.t_diag_record d join his.t_patient_info p using (patient_id) "
-                      "where position(p.brxm in d.zdmc) > 0") > 0
+    assert (
+        _one(
+            prod,
+            "select count(*) from his.t_diag_record d join his.t_patient_info p using (patient_id) "
+            "where position(p.brxm in d.zdmc) > 0",
+        )
+        > 0
+    )
     af_untreated = """
         select count(distinct d.patient_id) from his.t_diag_record d where d.icd10_code like 'I48%'
-        and not exists (select 1 from his.t_med_order o where o.patient_id = d.patient_id and o.ypdm in ('Y0004', 'Y0005'))
+        and not exists (select 1 from his.t_med_order o
+                        where o.patient_id = d.patient_id and o.ypdm in ('Y0004', 'Y0005'))
     """
     assert _one(prod, af_untreated) > 0
 
 
 def test_time_columns_are_ordered_and_stays_plausible(prod: psycopg.Connection) -> None:
     assert _one(prod, "select count(*) from his.t_zy_visit where ghrq > ryrq or cyrq < ryrq") == 0
-    assert _one(prod, "select count(*) from his.t_lab_result where cysj > exec_time or exec_time > report_time") == 0
-    median = float(_one(prod, "select percentile_cont(0.5) within group (order by zyts) from his.t_zy_visit "
-                              "where visit_type = 'ZY'"))
+    assert (
+        _one(
+            prod,
+            "select count(*) from his.t_lab_result where cysj > exec_time or exec_time > report_time",
+        )
+        == 0
+    )
+    median = float(
+        _one(
+            prod,
+            "select percentile_cont(0.5) within group (order by zyts) from his.t_zy_visit where visit_type = 'ZY'",
+        )
+    )
     assert 3 <= median <= 12
     assert _one(prod, "select count(*) from his.t_zy_visit where visit_type = 'MZ' and zyts is not null") == 0
 

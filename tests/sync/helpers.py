@@ -34,8 +34,12 @@ def content_fingerprint(settings: Settings) -> dict[str, str]:
     """md5 of each mart's full content, order-independent."""
     out = {}
     with connect(settings.db_url(EVAL_DB)) as conn:
-        for schema, table in [*(("emr", t) for t in MART_TABLES), ("meta", "snapshot"),
-                              ("meta", "data_dictionary"), ("ops", "query_ticket")]:
+        for schema, table in [
+            *(("emr", t) for t in MART_TABLES),
+            ("meta", "snapshot"),
+            ("meta", "data_dictionary"),
+            ("ops", "query_ticket"),
+        ]:
             row = conn.execute(
                 f"select md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from {schema}.{table} t"
             ).fetchone()

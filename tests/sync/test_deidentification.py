@@ -27,7 +27,8 @@ def _eval_values(settings: Settings) -> list[tuple[str, str]]:
     with connect(settings.db_url(EVAL_DB)) as conn:
         cols = conn.execute(
             "select table_schema, table_name, column_name from information_schema.columns "
-            "where table_schema in ('emr', 'meta', 'ops')").fetchall()
+            "where table_schema in ('emr', 'meta', 'ops')"
+        ).fetchall()
         for schema, table, col in cols:
             for (value,) in conn.execute(f'select distinct "{col}"::text from "{schema}"."{table}"'):
                 if value is not None:
@@ -54,26 +55,35 @@ def test_pseudonyms_are_keyed_hmacs_and_consistent_across_tables(synced: SyncRep
         labs = prod.execute("select lab_id, visit_id, patient_id from his.t_lab_result where is_deleted = 0").fetchall()
     with connect(generated.db_url(EVAL_DB)) as ev:
         eval_visits = dict(ev.execute("select visit_id, patient_id from emr.t_zy_visit").fetchall())
-        eval_labs = {r[0]: (r[1], r[2]) for r in ev.execute("select lab_id, visit_id, patient_id from emr.t_lab_result")}
+        eval_labs = {
+            r[0]: (r[1], r[2]) for r in ev.execute("select lab_id, visit_id, patient_id from emr.t_lab_result")
+        }
         patients = {r[0] for r in ev.execute("select patient_id from emr.t_patient_info")}
     for visit_id, patient_id in visits:
         assert eval_visits[pseudonym(key, "vid", "V", visit_id)] == pseudonym(key, "pid", "P", patient_id)
     for lab_id, visit_id, patient_id in labs:
-        assert eval_labs[lab_id] == (pseudonym(key, "vid", "V", visit_id), pseudonym(key, "pid", "P", patient_id))
+        assert eval_labs[lab_id] == (
+            pseudonym(key, "vid", "V", visit_id),
+            pseudonym(key, "pid", "P", patient_id),
+        )
     assert {v for v in eval_visits.values()} <= patients
 
 
 def test_every_date_of_a_patient_moves_by_one_whole_week_offset(synced: SyncReport, generated: Settings) -> None:
     key = current_key(generated)
     checks = [
-        ("t_zy_visit", "visit_id", "ryrq"), ("t_diag_record", "diag_id", "zdsj"),
-        ("t_lab_result", "lab_id", "report_time"), ("t_med_order", "order_id", "kssj"),
+        ("t_zy_visit", "visit_id", "ryrq"),
+        ("t_diag_record", "diag_id", "zdsj"),
+        ("t_lab_result", "lab_id", "report_time"),
+        ("t_med_order", "order_id", "kssj"),
     ]
     seen_offsets: dict[str, set[int]] = {}
     for table, key_col, time_col in checks:
         with connect(generated.db_url(PROD_DB)) as prod:
-            rows = prod.execute(f"select {key_col}, patient_id, {time_col} from his.{table} "
-                                f"where is_deleted = 0 and {time_col} is not null").fetchall()
+            rows = prod.execute(
+                f"select {key_col}, patient_id, {time_col} from his.{table} "
+                f"where is_deleted = 0 and {time_col} is not null"
+            ).fetchall()
         with connect(generated.db_url(EVAL_DB)) as ev:
             if key_col == "visit_id":
                 shifted = {}
@@ -114,8 +124,10 @@ def test_birth_year_only_and_ages_over_89_grouped(synced: SyncReport, generated:
 
 def test_row_parity_and_no_deleted_rows(synced: SyncReport, generated: Settings) -> None:
     with connect(generated.db_url(PROD_DB)) as prod:
-        expected = {t: prod.execute(f"select count(*) from his.{t} where is_deleted = 0").fetchone()[0]  # type: ignore[index]
-                    for t in MART_TABLES}
+        expected = {
+            t: prod.execute(f"select count(*) from his.{t} where is_deleted = 0").fetchone()[0]  # type: ignore[index]
+            for t in MART_TABLES
+        }
     assert synced.rows == expected
 
 
@@ -129,11 +141,21 @@ def test_free_text_diagnoses_are_replaced_by_the_mapping(synced: SyncReport, gen
 def test_patient_specific_tickets_stay_in_production(synced: SyncReport, generated: Settings) -> None:
     with connect(generated.db_url(PROD_DB)) as prod:
         total = prod.execute("select count(*) from ops.query_ticket").fetchone()[0]  # type: ignore[index]
-        personal = prod.execute("select count(*) from ops.query_ticket where request_text like '%病案号%'").fetchone()[0]  # type: ignore[index]
+        personal = prod.execute("select count(*) from ops.query_ticket where request_text like '%病案号%'").fetchone()[
+            0
+        ]  # type: ignore[index]
     with connect(generated.db_url(EVAL_DB)) as ev:
         synced_tickets = ev.execute("select count(*) from ops.query_ticket").fetchone()[0]  # type: ignore[index]
     assert personal > 0
     assert synced_tickets == total - personal
+
+
+def test_key_never_travels_to_prod(synced: SyncReport, generated: Settings) -> None:
+    from evalpkg.services.postgres import paths
+
+    log = paths(generated).log.read_text(errors="ignore")
+    assert "SELECT" in log and "his.t_lab_result" in log  # prod's statements are being logged
+    assert current_key(generated).hex() not in log
 
 
 def test_key_never_reaches_dbt_artifacts(synced: SyncReport, generated: Settings) -> None:

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 from evalpkg.db import connect
-from evalpkg.errors import ConfigError, SyncError
+from evalpkg.errors import ConfigError, ServiceError, SyncError
 from evalpkg.settings import EVAL_DB, PROD_DB, Settings
 from evalpkg.sync import bootstrap
 from evalpkg.sync.runner import SyncReport, run_sync
@@ -23,24 +23,38 @@ def test_second_sync_changes_nothing(synced: SyncReport, generated: Settings) ->
 
 def test_incremental_sync_applies_updates_inserts_and_deletions(synced: SyncReport, generated: Settings) -> None:
     with connect(generated.db_url(PROD_DB)) as prod:
-        ids = [r[0] for r in prod.execute(
-            "select lab_id from his.t_lab_result where is_deleted = 0 and result_value is not null "
-            "order by lab_id limit 3")]
+        ids = [
+            r[0]
+            for r in prod.execute(
+                "select lab_id from his.t_lab_result where is_deleted = 0 and result_value is not null "
+                "order by lab_id limit 3"
+            )
+        ]
         soft_deleted, hard_deleted, updated = ids
-        prod.execute("update his.t_lab_result set is_deleted = 1, update_time = now() where lab_id = %s",
-                     (soft_deleted,))
+        prod.execute(
+            "update his.t_lab_result set is_deleted = 1, update_time = now() where lab_id = %s",
+            (soft_deleted,),
+        )
         prod.execute("delete from his.t_lab_result where lab_id = %s", (hard_deleted,))
-        prod.execute("update his.t_lab_result set result_value = 42.5, update_time = now() where lab_id = %s",
-                     (updated,))
+        prod.execute(
+            "update his.t_lab_result set result_value = 42.5, update_time = now() where lab_id = %s",
+            (updated,),
+        )
         new_id = prod.execute(
             "insert into his.t_lab_result select lab_id + 10000000, visit_id, patient_id, xmdm, xmmc, 7.7, unit, "
             "ref_range, result_flag, bgzt, bz, cysj, exec_time, report_time, now(), 0 "
-            "from his.t_lab_result where lab_id = %s returning lab_id", (updated,)).fetchone()[0]  # type: ignore[index]
+            "from his.t_lab_result where lab_id = %s returning lab_id",
+            (updated,),
+        ).fetchone()[0]  # type: ignore[index]
     report = run_sync(generated, validate=False)
     assert report.rows["t_lab_result"] == synced.rows["t_lab_result"] - 1
     with connect(generated.db_url(EVAL_DB)) as ev:
-        present = dict(ev.execute("select lab_id, result_value from emr.t_lab_result where lab_id = any(%s)",
-                                  ([soft_deleted, hard_deleted, updated, new_id],)).fetchall())
+        present = dict(
+            ev.execute(
+                "select lab_id, result_value from emr.t_lab_result where lab_id = any(%s)",
+                ([soft_deleted, hard_deleted, updated, new_id],),
+            ).fetchall()
+        )
     assert set(present) == {updated, new_id}
     assert float(present[updated]) == 42.5
     incremental = content_fingerprint(generated)
@@ -77,21 +91,29 @@ def test_agent_role_cannot_write_read_secrets_or_reach_prod(synced: SyncReport, 
             conn.execute("delete from emr.t_lab_result")
         # Turning the read-only default off is possible; privileges still stop the write.
         conn.execute("set default_transaction_read_only = off")
-        for statement in ("delete from emr.t_lab_result", "insert into meta.snapshot select * from meta.snapshot",
-                          "create table emr.x (i int)", "select * from deid_secret.hmac_key",
-                          "select * from staging.sync_watermark", "select * from src_his.t_patient_info",
-                          "create temp table t (i int)"):
+        for statement in (
+            "delete from emr.t_lab_result",
+            "insert into meta.snapshot select * from meta.snapshot",
+            "create table emr.x (i int)",
+            "select * from deid_secret.hmac_key",
+            "select * from staging.sync_watermark",
+            "select * from src_his.t_patient_info",
+            "create temp table t (i int)",
+        ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
-    with pytest.raises(Exception, match="permission denied"):
-        with connect(with_user(generated.db_url(PROD_DB), AGENT_ROLE)):
-            pass
+    with (
+        pytest.raises(ServiceError, match="permission denied for database \"ehr_prod\""),
+        connect(with_user(generated.db_url(PROD_DB), AGENT_ROLE)),
+    ):
+        pass
 
 
 def test_gx_suite_catches_an_out_of_range_lab_value(synced: SyncReport, generated: Settings) -> None:
     with connect(generated.db_url(EVAL_DB)) as ev:
-        lab_id = ev.execute("select lab_id from emr.t_lab_result where xmdm = 'K' and result_value is not null "
-                            "limit 1").fetchone()[0]  # type: ignore[index]
+        lab_id = ev.execute(
+            "select lab_id from emr.t_lab_result where xmdm = 'K' and result_value is not null limit 1"
+        ).fetchone()[0]  # type: ignore[index]
         original = ev.execute("select result_value from emr.t_lab_result where lab_id = %s", (lab_id,)).fetchone()[0]  # type: ignore[index]
         ev.execute("update emr.t_lab_result set result_value = 99 where lab_id = %s", (lab_id,))
     try:
@@ -99,7 +121,10 @@ def test_gx_suite_catches_an_out_of_range_lab_value(synced: SyncReport, generate
             validate_eval_db(generated)
     finally:
         with connect(generated.db_url(EVAL_DB)) as ev:
-            ev.execute("update emr.t_lab_result set result_value = %s where lab_id = %s", (original, lab_id))
+            ev.execute(
+                "update emr.t_lab_result set result_value = %s where lab_id = %s",
+                (original, lab_id),
+            )
     assert validate_eval_db(generated).success
 
 

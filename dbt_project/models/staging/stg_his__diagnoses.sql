@@ -8,6 +8,7 @@ select
     d.zdlx,
     {{ shift('d.zdsj', 'keys.shift_days') }} as zdsj
 from {{ source('his', 't_diag_record') }} as d
-inner join {{ ref('int_visit_keys') }} as keys on keys.visit_id = d.visit_id
+inner join {{ ref('stg_his__visit_keys') }} as keys
+    on keys.visit_key = {{ pseudonym('vid', 'V', 'd.visit_id') }}
 left join {{ ref('diag_text_map') }} as m on m.icd10_code = d.icd10_code
 where d.is_deleted = 0

@@ -15,5 +15,6 @@ select
     {{ shift('l.report_time', 'keys.shift_days') }} as report_time,
     l.update_time as src_update_time
 from {{ source('his', 't_lab_result') }} as l
-inner join {{ ref('int_visit_keys') }} as keys on keys.visit_id = l.visit_id
+inner join {{ ref('stg_his__visit_keys') }} as keys
+    on keys.visit_key = {{ pseudonym('vid', 'V', 'l.visit_id') }}
 where l.is_deleted = 0

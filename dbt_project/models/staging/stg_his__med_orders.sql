@@ -13,5 +13,6 @@ select
     {{ shift('o.jssj', 'keys.shift_days') }} as jssj,
     o.zfbz
 from {{ source('his', 't_med_order') }} as o
-inner join {{ ref('int_visit_keys') }} as keys on keys.visit_id = o.visit_id
+inner join {{ ref('stg_his__visit_keys') }} as keys
+    on keys.visit_key = {{ pseudonym('vid', 'V', 'o.visit_id') }}
 where o.is_deleted = 0

@@ -9,5 +9,6 @@ select
     v.zyts,
     v.cyfs
 from {{ source('his', 't_zy_visit') }} as v
-inner join {{ ref('int_visit_keys') }} as keys on keys.visit_id = v.visit_id
+inner join {{ ref('stg_his__visit_keys') }} as keys
+    on keys.visit_key = {{ pseudonym('vid', 'V', 'v.visit_id') }}
 where v.is_deleted = 0

@@ -1,12 +1,11 @@
--- Raw visit id -> pseudonyms and the patient's date offset. Ephemeral: inlined into each fact
--- model, never stored, so no raw identifier lands in the eval DB. Hashing once per visit
--- instead of once per fact row keeps the sync near the copy floor.
+-- Visit pseudonym -> patient pseudonym and the patient's date offset, hashed once per visit.
+-- Stored in the sync-only staging schema, keyed by pseudonym: no raw identifier is kept.
+-- Fact models hash their own visit_id once per row and join here, instead of re-deriving
+-- patient keys and offsets for every fact table.
+{{ config(materialized='table', indexes=[{'columns': ['visit_key'], 'unique': true}]) }}
+
 with visits as (
     select visit_id, patient_id from {{ source('his', 't_zy_visit') }}
-),
-
-patients as (
-    select distinct patient_id from visits
 ),
 
 patient_keys as (
@@ -14,11 +13,10 @@ patient_keys as (
         patient_id,
         {{ pseudonym('pid', 'P', 'patient_id') }} as patient_key,
         {{ shift_days('patient_id') }} as shift_days
-    from patients
+    from (select distinct patient_id from visits) as patients
 )
 
 select
-    visits.visit_id,
     {{ pseudonym('vid', 'V', 'visits.visit_id') }} as visit_key,
     patient_keys.patient_key,
     patient_keys.shift_days

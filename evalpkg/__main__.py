@@ -1,0 +1,3 @@
+from evalpkg.cli import main
+
+main()
