@@ -103,7 +103,7 @@ def test_agent_role_cannot_write_read_secrets_or_reach_prod(synced: SyncReport, 
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
     with (
-        pytest.raises(ServiceError, match="permission denied for database \"ehr_prod\""),
+        pytest.raises(ServiceError, match='permission denied for database "ehr_prod"'),
         connect(with_user(generated.db_url(PROD_DB), AGENT_ROLE)),
     ):
         pass
