@@ -33,6 +33,8 @@ class Settings(BaseSettings):
     mlflow_port: int = Field(default=55000, ge=1024, le=65535)
     mlflow_uri: str | None = Field(default=None, description="existing MLflow tracking server")
     sync_password: str | None = Field(default=None, description="password of the sync role, if needed")
+    agent_password: str | None = Field(default=None, description="password of the agents' role, if needed")
+    tasks_dir: Path = PROJECT_ROOT / "tasks"
     agent_statement_timeout_ms: int = Field(default=30_000, gt=0)
     dbt_project_dir: Path = PROJECT_ROOT / "dbt_project"
     expectations_dir: Path = PROJECT_ROOT / "expectations"

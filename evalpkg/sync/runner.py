@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 
 from evalpkg.db import connect
 from evalpkg.errors import ConfigError
+from evalpkg.expectations import ValidationReport
 from evalpkg.services.postgres import Progress, ensure_databases
 from evalpkg.settings import EVAL_DB, Settings
 from evalpkg.sync import bootstrap
 from evalpkg.sync.dbt import NodeResult, run_dbt
-from evalpkg.sync.validate import ValidationReport, validate_eval_db
+from evalpkg.sync.validate import validate_eval_db
 
 EVAL_TABLES = ("t_patient_info", "t_zy_visit", "t_diag_record", "t_lab_result", "t_med_order")
 

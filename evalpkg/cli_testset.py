@@ -1,0 +1,110 @@
+"""`evalpkg testset ...`: build, validate, inspect and refresh the benchmark's test set."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import typer
+
+from evalpkg.settings import get_settings
+
+app = typer.Typer(no_args_is_help=True, help="The benchmark test set (tasks/<version>/).")
+
+
+def _log(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+@app.command()
+def build(seed: Annotated[int, typer.Option(help="parameter sampling seed")] = 1) -> None:
+    """Freeze the templates into release v1, checked against the current eval snapshot."""
+    from evalpkg.testset.build import build_release, export_schema
+
+    settings = get_settings()
+    rel = build_release(settings, seed=seed, progress=_log)
+    export_schema(settings)
+    _log(f"wrote {rel.root} ({len(rel.tasks)} tasks)")
+
+
+@app.command()
+def validate(version: Annotated[str | None, typer.Argument(help="e.g. v1; default: latest")] = None) -> None:
+    """Schema, manifest, uniqueness, coverage, and every gold SQL on the current eval snapshot."""
+    from evalpkg.testset.validate import validate_or_raise
+
+    _log(validate_or_raise(get_settings(), version, progress=_log).summary())
+
+
+@app.command()
+def stats(version: Annotated[str | None, typer.Argument()] = None) -> None:
+    """Counts per type x difficulty, tag, language."""
+    from evalpkg.testset import release
+    from evalpkg.testset.models import Difficulty, TaskType
+    from evalpkg.testset.validate import stats as compute
+
+    rel = release.load(get_settings().tasks_dir, version)
+    s = compute(rel.tasks)
+    typer.echo(f"{rel.version}: {len(rel.tasks)} tasks (snapshot {rel.manifest.snapshot_version})")
+    typer.echo(f"{'type':<16}" + "".join(f"{d.value:>8}" for d in Difficulty) + f"{'total':>8}")
+    for t in TaskType:
+        row = [s["cell"][f"{t.value} x {d.value}"] for d in Difficulty]
+        typer.echo(f"{t.value:<16}" + "".join(f"{n:>8}" for n in row) + f"{sum(row):>8}")
+    for name in ("tag", "language", "variants_per_task", "source"):
+        typer.echo(f"{name}: " + ", ".join(f"{k}={v}" for k, v in sorted(s[name].items())))
+
+
+@app.command()
+def diff(a: str, b: str) -> None:
+    """Tasks added, changed and removed between two releases."""
+    from evalpkg.testset import release
+
+    tasks_dir = get_settings().tasks_dir
+    changes = release.diff(release.load(tasks_dir, a), release.load(tasks_dir, b))
+    for title, items in (("added", changes.added), ("changed", changes.changed), ("removed", changes.removed)):
+        for tid, why in items.items():
+            typer.echo(f"{title:<8} {tid}  {why}")
+    _log(f"{a} -> {b}: {len(changes.added)} added, {len(changes.changed)} changed, {len(changes.removed)} removed")
+
+
+@app.command()
+def refresh(
+    month: Annotated[str, typer.Option(help="YYYY-MM of the tickets to mine")],
+    auto_approve: Annotated[bool, typer.Option(help="approve synthetic tickets without review")] = False,
+) -> None:
+    """Mine a month of query tickets into the review queue (idempotent)."""
+    from evalpkg.testset.refresh import refresh as run
+
+    run(get_settings(), month, auto_approve=auto_approve, progress=_log)
+
+
+@app.command()
+def review(
+    ids: Annotated[list[str] | None, typer.Argument(help="candidate task ids; none: list the queue")] = None,
+    approve: Annotated[bool, typer.Option("--approve/--reject")] = True,
+    reviewer: Annotated[str, typer.Option()] = "",
+    role: Annotated[str, typer.Option(help="clinician, analyst or dba")] = "",
+    note: Annotated[str, typer.Option()] = "",
+) -> None:
+    """Record approve/reject decisions (with reviewer and role), or list the queue."""
+    from evalpkg.errors import ConfigError
+    from evalpkg.testset.refresh import load_queue
+    from evalpkg.testset.refresh import review as record
+
+    settings = get_settings()
+    if not ids:
+        for _, c in load_queue(settings):
+            typer.echo(f"{c.status:<9} {c.task.id:<32} {c.month}  {c.task.variants[0].text}")
+        return
+    if role not in ("clinician", "analyst", "dba") or not reviewer:
+        raise ConfigError("--reviewer and --role (clinician, analyst or dba) are required to record a decision")
+    decision: Literal["approve", "reject"] = "approve" if approve else "reject"
+    n = record(settings, ids, decision, reviewer, role, note)  # type: ignore[arg-type]
+    _log(f"recorded {decision} for {n} candidate(s)")
+
+
+@app.command("release")
+def release_cmd() -> None:
+    """Make the next version from approved candidates, with CHANGELOG and manifest."""
+    from evalpkg.testset.refresh import release_approved
+
+    rel = release_approved(get_settings())
+    _log("nothing approved to release" if rel is None else f"released {rel.version}: {len(rel.tasks)} tasks")

@@ -1,0 +1,198 @@
+"""Instantiate the parameterized templates into tasks, grounded in and checked against the eval DB."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from evalpkg.errors import ConfigError, DataError
+from evalpkg.settings import Settings
+from evalpkg.testset import fingerprint, release
+from evalpkg.testset.gold import GoldError, agent_connection, run_gold, snapshot_version
+from evalpkg.testset.models import (
+    Annotator,
+    AnswerPoint,
+    Complexity,
+    Difficulty,
+    HiddenSlot,
+    Language,
+    Provenance,
+    QuestionVariant,
+    ResultSpec,
+    Review,
+    Task,
+    TaskType,
+    Turn,
+)
+from evalpkg.testset.params import Value, combinations, domains
+
+GENERATOR_VERSION = "templates-v1"
+TYPE_PREFIX = {
+    TaskType.single_table: "st",
+    TaskType.join_aggregate: "ja",
+    TaskType.time_series: "ts",
+    TaskType.negation: "neg",
+    TaskType.unit_conversion: "unit",
+    TaskType.clarification: "clar",
+    TaskType.anomaly: "anom",
+}
+
+
+class Template(BaseModel):
+    id: str
+    type: TaskType
+    difficulty: Difficulty
+    count: int
+    params: list[str] = []
+    variants: dict[Language, dict[Complexity, str]]
+    gold_sql: list[str]
+    answerable: bool = True
+    tables: list[str]
+    tags: list[str] = []
+    result: dict[str, Any] = {}
+    turns: list[dict[str, Any]]
+    answer_points: list[dict[str, Any]] = []
+    hidden_slots: list[dict[str, Any]] = []
+    maintenance_notes: str = ""
+
+
+class TemplateFile(BaseModel):
+    format_version: int
+    templates: list[Template]
+
+
+@dataclass
+class BuildReport:
+    tasks: list[Task] = field(default_factory=list)
+    skipped: dict[str, list[str]] = field(default_factory=dict)  # template id -> reasons
+    short: dict[str, int] = field(default_factory=dict)  # template id -> how many it could not fill
+
+
+def load_templates(name: str = "templates_v1.json") -> TemplateFile:
+    text = resources.files("evalpkg.testset").joinpath(name).read_text(encoding="utf-8")
+    try:
+        return TemplateFile.model_validate_json(text)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(f"{name}: field {'.'.join(map(str, err['loc']))}: {err['msg']}") from exc
+
+
+def _render(value: Any, params: dict[str, Any]) -> Any:
+    if isinstance(value, str):
+        return value.format_map(params)
+    if isinstance(value, list):
+        return [_render(v, params) for v in value]
+    if isinstance(value, dict):
+        return {k: _render(v, params) for k, v in value.items()}
+    return value
+
+
+def instantiate(t: Template, combo: dict[str, Value], number: int) -> Task:
+    params = {name: v.obj for name, v in combo.items()}
+    r = _render(t.model_dump(mode="json"), params)
+    return Task(
+        id=f"{TYPE_PREFIX[t.type]}-{t.id}-{number:03d}",
+        type=t.type,
+        difficulty=t.difficulty,
+        variants=[
+            QuestionVariant(language=Language(lang), complexity=Complexity(level), text=text)
+            for lang, levels in r["variants"].items()
+            for level, text in levels.items()
+        ],
+        turns=[Turn.model_validate(turn) for turn in r["turns"]],
+        gold_sql=r["gold_sql"],
+        answerable=t.answerable,
+        result=ResultSpec.model_validate(r["result"]),
+        answer_points=[AnswerPoint.model_validate(a) for a in r["answer_points"]],
+        hidden_slots=[HiddenSlot.model_validate(h) for h in r["hidden_slots"]],
+        tags=r["tags"],
+        tables=r["tables"],
+        provenance=Provenance(
+            source="template",
+            template_id=t.id,
+            params={k: v.key for k, v in combo.items()},
+            generator_version=GENERATOR_VERSION,
+        ),
+        # Generated, not yet reviewed by people: the record says so instead of inventing annotators.
+        review=Review(annotators=[Annotator(role="generator", id=GENERATOR_VERSION)], agreement=1.0, status="pending"),
+        maintenance_notes=r["maintenance_notes"],
+    )
+
+
+def build(settings: Settings, *, seed: int = 1, progress: Callable[[str], None] = lambda _: None) -> BuildReport:
+    spec = load_templates()
+    report = BuildReport()
+    seen: set[str] = set()
+    with agent_connection(settings) as conn:
+        with conn.transaction():
+            domain = domains(conn)
+        for t in spec.templates:
+            combos = combinations(domain, t.params)
+            random.Random(f"{seed}:{t.id}").shuffle(combos)
+            made = 0
+            for combo in combos:
+                if made == t.count:
+                    break
+                try:
+                    task = instantiate(t, combo, made + 1)
+                except (ValidationError, KeyError, AttributeError, IndexError) as exc:
+                    raise ConfigError(f"template {t.id}: {str(exc).splitlines()[0]}") from exc
+                reason = _check(conn, task, seen)
+                if reason:
+                    report.skipped.setdefault(t.id, []).append(reason)
+                    continue
+                seen.update(fingerprint.exact(sql) for sql in task.gold_sql)
+                report.tasks.append(task)
+                made += 1
+            if made < t.count:
+                report.short[t.id] = t.count - made
+            progress(f"{t.id}: {made}/{t.count}")
+    return report
+
+
+def _check(conn: Any, task: Task, seen: set[str]) -> str | None:
+    for sql in task.gold_sql:
+        if not fingerprint.is_single_select(sql):
+            return f"{task.id}: gold is not one read-only query"
+        if fingerprint.exact(sql) in seen:
+            return f"{task.id}: duplicate fingerprint"
+        try:
+            rows = run_gold(conn, sql)
+        except GoldError as exc:
+            return f"{task.id}: gold failed: {exc}"
+        if not rows and not task.result.empty_expected:
+            return f"{task.id}: gold returned no rows"
+        if rows and all(v is None for v in rows[0]) and len(rows) == 1:
+            return f"{task.id}: gold returned only NULL"
+    return None
+
+
+def build_release(
+    settings: Settings, *, seed: int = 1, progress: Callable[[str], None] = lambda _: None
+) -> release.Release:
+    """Freeze the templates into the first release (v1)."""
+    tasks_dir = settings.tasks_dir
+    if release.versions(tasks_dir):
+        raise DataError(f"{tasks_dir}: releases exist already; later versions come from `evalpkg testset refresh`")
+    report = build(settings, seed=seed, progress=progress)
+    if report.short:
+        worst = ", ".join(f"{k} (-{v})" for k, v in sorted(report.short.items()))
+        progress(f"templates that could not be filled completely: {worst}")
+    with agent_connection(settings) as conn:
+        snap = snapshot_version(conn)
+    changes = release.ChangeSet(
+        added={t.id: f"generated from template {t.provenance.template_id}" for t in report.tasks}
+    )
+    return release.write(tasks_dir, "v1", report.tasks, snap, changes)
+
+
+def export_schema(settings: Settings) -> None:
+    path = settings.tasks_dir / "schema" / "task.schema.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(Task.model_json_schema(), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,139 @@
+"""`evalpkg testset validate`: schema, manifest, uniqueness, coverage, and gold SQL on the snapshot."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from evalpkg.errors import DataError
+from evalpkg.expectations import ValidationReport, load_suite, validate_frames
+from evalpkg.settings import Settings
+from evalpkg.testset import fingerprint, release
+from evalpkg.testset.gold import GoldError, agent_connection, run_gold, snapshot_version
+from evalpkg.testset.models import Difficulty, Task, TaskType
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+MIN_TASKS = 320
+
+
+@dataclass
+class TestsetReport:
+    version: str
+    tasks: int
+    gold_queries: int = 0
+    snapshot_version: str = ""
+    problems: list[str] = field(default_factory=list)
+    tabular: ValidationReport | None = None
+
+    def summary(self) -> str:
+        state = "ok" if not self.problems else f"{len(self.problems)} problem(s)"
+        gx = f"; {self.tabular.summary()}" if self.tabular else ""
+        return (
+            f"test set {self.version}: {self.tasks} tasks, {self.gold_queries} gold queries executed on "
+            f"snapshot {self.snapshot_version}: {state}{gx}"
+        )
+
+
+def structural_problems(tasks: list[Task], *, min_tasks: int = MIN_TASKS) -> list[str]:
+    problems = []
+    ids = Counter(t.id for t in tasks)
+    problems += [f"task id {tid} appears {n} times" for tid, n in ids.items() if n > 1]
+    if len(tasks) < min_tasks:
+        problems.append(f"{len(tasks)} tasks, fewer than {min_tasks}")
+    cells = Counter((t.type, t.difficulty) for t in tasks)
+    problems += [f"cell {ty.value} x {d.value} is empty" for ty in TaskType for d in Difficulty if not cells[(ty, d)]]
+    owners: dict[str, str] = {}
+    for t in tasks:
+        for sql in t.gold_sql:
+            fp = fingerprint.exact(sql)
+            if fp in owners and owners[fp] != t.id:
+                problems.append(f"{t.id}: gold SQL has the same fingerprint as {owners[fp]}")
+            owners.setdefault(fp, t.id)
+            if not fingerprint.is_single_select(sql):
+                problems.append(f"{t.id}: gold SQL is not one read-only query")
+    return problems
+
+
+def validate(
+    settings: Settings,
+    version: str | None = None,
+    *,
+    min_tasks: int = MIN_TASKS,
+    progress: Callable[[str], None] = lambda _: None,
+) -> TestsetReport:
+    rel = release.load(settings.tasks_dir, version)  # schema + manifest: raises on the first bad file
+    report = TestsetReport(rel.version, len(rel.tasks))
+    report.problems += structural_problems(rel.tasks, min_tasks=min_tasks)
+    report.tabular = validate_tabular(settings, rel.tasks)
+    report.problems += [
+        f"GX {f.batch}: {f.expectation}({f.column or ''}) observed {f.observed}" for f in report.tabular.failures
+    ]
+    with agent_connection(settings) as conn:
+        report.snapshot_version = snapshot_version(conn)
+        for i, task in enumerate(rel.tasks, 1):
+            for sql in task.gold_sql:
+                report.gold_queries += 1
+                try:
+                    rows = run_gold(conn, sql)
+                except GoldError as exc:
+                    report.problems.append(f"{rel.root / 'tasks' / (task.id + '.json')}: field gold_sql: {exc}")
+                    continue
+                if not rows and not task.result.empty_expected:
+                    report.problems.append(f"{task.id}: gold SQL returned no rows (result.empty_expected is false)")
+            if i % 50 == 0:
+                progress(f"checked {i}/{len(rel.tasks)} tasks")
+    return report
+
+
+def validate_or_raise(settings: Settings, version: str | None = None, **kw: object) -> TestsetReport:
+    report = validate(settings, version, **kw)  # type: ignore[arg-type]
+    if report.problems:
+        raise DataError(f"{report.summary()}; first: {report.problems[0]}")
+    return report
+
+
+def stats(tasks: list[Task]) -> dict[str, Counter[str]]:
+    out: dict[str, Counter[str]] = {
+        "cell": Counter(f"{t.type.value} x {t.difficulty.value}" for t in tasks),
+        "type": Counter(t.type.value for t in tasks),
+        "difficulty": Counter(t.difficulty.value for t in tasks),
+        "tag": Counter(tag for t in tasks for tag in t.tags),
+        "language": Counter(v.language.value for t in tasks for v in t.variants),
+        "variants_per_task": Counter(str(len(t.variants)) for t in tasks),
+        "source": Counter(t.provenance.source for t in tasks),
+    }
+    return out
+
+
+def tabular_view(tasks: list[Task]) -> dict[str, pd.DataFrame]:
+    """The release as tables for Great Expectations: one row per task, one per type x difficulty cell."""
+    import pandas as pd
+
+    rows = [
+        {
+            "id": t.id,
+            "type": t.type.value,
+            "difficulty": t.difficulty.value,
+            "variants_zh": sum(v.language.value == "zh" for v in t.variants),
+            "variants_en": sum(v.language.value == "en" for v in t.variants),
+            "turns": len(t.turns),
+            "expected_tool_calls": sum(len(turn.expected_tool_calls) for turn in t.turns),
+            "tables": len(t.tables),
+            "generator_version": t.provenance.generator_version,
+            "gold_matches_answerable": t.answerable == bool(t.gold_sql),
+            "slots_match_type": (t.type is TaskType.clarification) == bool(t.hidden_slots),
+        }
+        for t in tasks
+    ]
+    counts = Counter((t.type, t.difficulty) for t in tasks)
+    cells = [{"type": ty.value, "difficulty": d.value, "tasks": counts[(ty, d)]} for ty in TaskType for d in Difficulty]
+    return {"tasks": pd.DataFrame(rows), "cells": pd.DataFrame(cells)}
+
+
+def validate_tabular(settings: Settings, tasks: list[Task]) -> ValidationReport:
+    spec = load_suite(settings.expectations_dir / "testset.json")
+    return validate_frames(spec, tabular_view(tasks))
