@@ -106,6 +106,7 @@ def load(tasks_dir: Path, version: str | None = None, *, verify: bool = True) ->
             if not path.is_file():
                 raise DataError(f"{path}: listed in {MANIFEST} but missing")
             if sha256(path) != digest:
+                parse_task_file(path, f"{path} (sha256 differs from {MANIFEST})")  # name the broken field first
                 raise DataError(f"{path}: sha256 differs from {MANIFEST} (file was modified after release)")
     tasks = [parse_task_file(root / rel, str(root / rel)) for rel in sorted(on_disk)]
     return Release(version, root, manifest, tasks)

@@ -37,12 +37,12 @@ def test_incremental_sync_applies_updates_inserts_and_deletions(synced: SyncRepo
         )
         prod.execute("delete from his.t_lab_result where lab_id = %s", (hard_deleted,))
         prod.execute(
-            "update his.t_lab_result set result_value = 42.5, update_time = now() where lab_id = %s",
+            "update his.t_lab_result set result_value = result_value * 1.01, update_time = now() where lab_id = %s",
             (updated,),
         )
         new_id = prod.execute(
-            "insert into his.t_lab_result select lab_id + 10000000, visit_id, patient_id, xmdm, xmmc, 7.7, unit, "
-            "ref_range, result_flag, bgzt, bz, cysj, exec_time, report_time, now(), 0 "
+            "insert into his.t_lab_result select lab_id + 10000000, visit_id, patient_id, xmdm, xmmc, result_value, "
+            "unit, ref_range, result_flag, bgzt, bz, cysj, exec_time, report_time, now(), 0 "
             "from his.t_lab_result where lab_id = %s returning lab_id",
             (updated,),
         ).fetchone()[0]  # type: ignore[index]
@@ -56,7 +56,9 @@ def test_incremental_sync_applies_updates_inserts_and_deletions(synced: SyncRepo
             ).fetchall()
         )
     assert set(present) == {updated, new_id}
-    assert float(present[updated]) == 42.5
+    with connect(generated.db_url(PROD_DB)) as prod:
+        expected = prod.execute("select result_value from his.t_lab_result where lab_id = %s", (updated,)).fetchone()
+    assert expected is not None and present[updated] == expected[0]
     incremental = content_fingerprint(generated)
     run_sync(generated, full_refresh=True, validate=False)
     assert content_fingerprint(generated) == incremental  # incremental == rebuilt from scratch

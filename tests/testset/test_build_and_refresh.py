@@ -1,0 +1,101 @@
+"""Building v1 on a real eval DB, validating releases, and the monthly refresh -> review -> release cycle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evalpkg.db import connect
+from evalpkg.errors import ConfigError, DataError
+from evalpkg.settings import EVAL_DB, Settings
+from evalpkg.sync.runner import SyncReport
+from evalpkg.testset import release
+from evalpkg.testset.build import build_release
+from evalpkg.testset.models import Difficulty, TaskType
+from evalpkg.testset.refresh import load_queue, refresh, release_approved, review
+from evalpkg.testset.validate import validate
+
+
+@pytest.fixture(scope="module")
+def ts(synced: SyncReport, generated: Settings, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    settings = generated.model_copy(update={"tasks_dir": tmp_path_factory.mktemp("tasks")})
+    build_release(settings)
+    return settings
+
+
+def busiest_ticket_month(settings: Settings) -> str:
+    with connect(settings.db_url(EVAL_DB)) as conn:
+        row = conn.execute(
+            "select to_char(created_at, 'YYYY-MM') m from ops.query_ticket group by 1 order by count(*) desc, 1 limit 1"
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_v1_fills_every_cell_and_validates(ts: Settings) -> None:
+    rel = release.load(ts.tasks_dir, "v1")
+    assert len(rel.tasks) >= 320
+    cells = {(t.type, t.difficulty) for t in rel.tasks}
+    assert cells == {(ty, d) for ty in TaskType for d in Difficulty}
+    report = validate(ts, "v1")
+    assert report.problems == []
+    assert report.gold_queries >= sum(len(t.gold_sql) for t in rel.tasks) > 300
+    assert report.tabular is not None and report.tabular.success
+
+
+def test_committed_v1_validates_on_this_snapshot(synced: SyncReport, generated: Settings) -> None:
+    report = validate(generated, "v1")  # tasks/ of the repository, on a freshly synced DB with its own key
+    assert report.problems == [], report.problems[:5]
+
+
+def test_refresh_review_release_cycle(ts: Settings) -> None:
+    month = busiest_ticket_month(ts)
+    first = refresh(ts, month)
+    assert first.tickets > 0 and first.added
+    snapshot = {p: p.read_bytes() for p, _ in load_queue(ts)}
+    again = refresh(ts, month)
+    assert again.added == [] and again.dropped.get("already covered", 0) >= len(first.added)
+    assert {p: p.read_bytes() for p, _ in load_queue(ts)} == snapshot  # re-running a month changes nothing
+
+    approved, rejected = first.added[:-1] or first.added, first.added[-1:] if len(first.added) > 1 else []
+    review(ts, approved, "approve", "dr_wang", "clinician")
+    if rejected:
+        review(ts, rejected, "reject", "dba_li", "dba", note="duplicates an existing task")
+    v2 = release_approved(ts)
+    assert v2 is not None and v2.version == "v2"
+    assert set(release.changelog_entry(ts.tasks_dir, "v2").added) == set(approved)
+    v1 = release.load(ts.tasks_dir, "v1")
+    assert set(release.diff(v1, v2).added) == set(approved) and not release.diff(v1, v2).removed
+    added = v2.by_id()[approved[0]]
+    assert added.review.status == "approved" and added.review.annotators[-1].role == "clinician"
+    assert validate(ts, "v2").problems == []
+
+    assert release_approved(ts) is None  # nothing new approved
+    assert refresh(ts, month).added == []
+    assert release.versions(ts.tasks_dir) == ["v1", "v2"]
+
+
+def test_refresh_and_review_reject_bad_input(ts: Settings) -> None:
+    with pytest.raises(ConfigError, match=r"--month: '2024-13' is not YYYY-MM"):
+        refresh(ts, "2024-13")
+    with pytest.raises(ConfigError, match="not in the review queue: st-nope-001"):
+        review(ts, ["st-nope-001"], "approve", "x", "dba")
+
+
+def test_build_refuses_to_overwrite_releases(ts: Settings) -> None:
+    with pytest.raises(DataError, match="releases exist already"):
+        build_release(ts)
+
+
+def test_validate_names_a_corrupted_task_file(ts: Settings, tmp_path: Path) -> None:
+    import shutil
+
+    copy = ts.model_copy(update={"tasks_dir": tmp_path / "tasks"})
+    shutil.copytree(ts.tasks_dir / "v1", copy.tasks_dir / "v1")
+    victim = sorted((copy.tasks_dir / "v1" / "tasks").glob("*.json"))[5]
+    victim.write_text(victim.read_text().replace('"difficulty": "', '"difficulty": "x', 1))
+    with pytest.raises(
+        DataError, match=rf"{victim.name} \(sha256 differs from MANIFEST.json\): field difficulty: Input"
+    ):
+        validate(copy, "v1")

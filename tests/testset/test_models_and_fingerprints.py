@@ -1,0 +1,95 @@
+"""Task schema round-trips and rejects inconsistent tasks; SQL fingerprints behave."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from evalpkg.testset import fingerprint
+from evalpkg.testset.models import Task
+
+
+def task_dict(**overrides: Any) -> dict[str, Any]:
+    variants = [
+        {"language": lang, "complexity": level, "text": f"{lang} {level} question text"}
+        for lang in ("zh", "en")
+        for level in ("colloquial", "plain", "technical")
+    ]
+    base: dict[str, Any] = {
+        "id": "st-sample-001",
+        "type": "single_table",
+        "difficulty": "easy",
+        "variants": variants,
+        "turns": [
+            {
+                "user": None,
+                "expected_tool_calls": [{"name": "execute_sql", "args": {"sql": {"contains_all": ["t_zy_visit"]}}}],
+            }
+        ],
+        "gold_sql": ["select count(*) from emr.t_zy_visit"],
+        "tables": ["t_zy_visit"],
+        "answer_points": [{"kind": "number", "row": 0, "col": 0}],
+        "provenance": {"source": "template", "template_id": "sample", "generator_version": "t"},
+        "review": {
+            "annotators": [{"role": "clinician", "id": "c1"}, {"role": "dba", "id": "d1"}],
+            "agreement": 0.92,
+            "arbitration": "clinician and DBA agreed on the discharge column",
+        },
+    }
+    base.update(overrides)
+    return base
+
+
+def test_round_trip_is_lossless() -> None:
+    task = Task.model_validate(task_dict())
+    again = Task.model_validate_json(task.model_dump_json())
+    assert again == task
+    assert json.loads(again.model_dump_json())["format_version"] == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"variants": task_dict()["variants"][:3]}, "both zh and en"),
+        ({"variants": task_dict()["variants"][:2] + task_dict()["variants"][3:]}, "all three complexities"),
+        ({"answerable": False}, "gold_sql must be empty exactly when"),
+        ({"type": "clarification"}, "hidden_slots are required"),
+        ({"answer_points": [{"kind": "number"}]}, "needs row and col"),
+        ({"id": "Bad Id"}, "String should match pattern"),
+        ({"tags": ["made_up"]}, "Input should be"),
+        ({"extra_field": 1}, "Extra inputs are not permitted"),
+    ],
+)
+def test_inconsistent_tasks_are_rejected(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Task.model_validate(task_dict(**overrides))
+
+
+def test_fingerprints_ignore_formatting_and_schema_but_not_literals() -> None:
+    a = "select count(*) from emr.t_zy_visit where ksdm = '0101'"
+    assert fingerprint.exact(a) == fingerprint.exact("SELECT COUNT(*)\n  FROM t_zy_visit WHERE ksdm='0101'")
+    other = "select count(*) from t_zy_visit where ksdm = '0102'"
+    assert fingerprint.exact(a) != fingerprint.exact(other)
+    assert fingerprint.pattern(a) == fingerprint.pattern(other)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "delete from emr.t_lab_result",
+        "select 1; select 2",
+        "with d as (delete from t returning *) select * from d",
+        "create table x as select 1",
+        "not sql at all (",
+    ],
+)
+def test_only_single_read_queries_count_as_gold(sql: str) -> None:
+    assert not fingerprint.is_single_select(sql)
+
+
+def test_tables_skip_cte_names() -> None:
+    sql = "with x as (select * from emr.t_lab_result) select * from x join emr.t_zy_visit v using (visit_id)"
+    assert fingerprint.tables(sql) == ["t_lab_result", "t_zy_visit"]
