@@ -1,0 +1,217 @@
+"""The ReAct loop: model proposes, tools run, everything is recorded; limits end runs with a
+recorded outcome, never an exception (seed 000 §3.2, seed 001 §5.1 circuit breaker)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Protocol
+
+from evalpkg.agent.parser import parse
+from evalpkg.agent.tools import Toolkit, openai_tools
+from evalpkg.agent.trajectory import Step, ToolCallRecord, Trajectory, now, sha256_text
+
+PROMPT_VERSION = "react_v1"
+NUDGE = "Reply with one tool call or a final answer in the JSON format."
+TRIMMED = "[earlier tool output trimmed; call the tool again if you need it]"
+
+
+@dataclass
+class Limits:
+    max_steps: int = 12
+    max_calls_per_tool: int = 6
+    max_calls_total: int = 16
+    max_unparseable: int = 2
+
+
+@dataclass
+class ModelTurn:
+    text: str = ""
+    tool_calls: list[tuple[str, str, dict[str, Any] | str]] = field(default_factory=list)  # (id, name, args)
+    native: bool = True  # tool calls came through the API, not the text protocol
+    reasoning: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str = ""
+
+
+class Policy(Protocol):
+    """Whatever decides the next action: an LLM endpoint or a scripted reference agent."""
+
+    name: str
+
+    def next(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelTurn: ...
+
+
+@lru_cache(maxsize=8)
+def prompt(name: str = PROMPT_VERSION) -> str:
+    return resources.files("evalpkg.agent").joinpath(f"prompts/{name}.md").read_text(encoding="utf-8")
+
+
+def trim_context(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Between dialogue turns keep the questions and answers, hide old tool output (seed 000 §4.2)."""
+    return [{**m, "content": TRIMMED} if m.get("role") == "tool" else m for m in messages]
+
+
+def _summary_answer(toolkit: Toolkit) -> str:
+    if toolkit.last_result is None:
+        return "I could not complete the query within the allowed tool calls."
+    rows = toolkit.last_result["rows"][:5]
+    return f"Partial answer from the last successful query: columns {toolkit.last_result['columns']}, rows {rows}"
+
+
+def run_dialogue(
+    policy: Policy,
+    toolkit: Toolkit,
+    *,
+    instance_id: str,
+    task_id: str,
+    language: str,
+    complexity: str,
+    question: str,
+    followups: tuple[str, ...] = (),
+    limits: Limits | None = None,
+    system_prompt: str | None = None,
+) -> Trajectory:
+    limits = limits or Limits()
+    tools = openai_tools()
+    traj = Trajectory(
+        instance_id=instance_id,
+        task_id=task_id,
+        agent=policy.name,
+        language=language,
+        complexity=complexity,
+        question=question,
+        started_at=now(),
+    )
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": system_prompt or prompt()},
+        {"role": "user", "content": question},
+    ]
+    per_tool: dict[str, int] = {}
+    total_calls = unparseable = 0
+    pending_followups = list(followups)
+    for index in range(limits.max_steps):
+        started = now()
+        t0 = time.perf_counter()
+        try:
+            turn = policy.next(messages, tools)
+        except Exception as exc:  # an endpoint failure is an outcome, not a crash
+            turn = ModelTurn(error=f"{type(exc).__name__}: {str(exc)[:300]}")
+        step = Step(
+            index=index,
+            started_at=started,
+            ended_at=started,
+            model_text=turn.text,
+            reasoning=turn.reasoning,
+            prompt_tokens=turn.prompt_tokens,
+            completion_tokens=turn.completion_tokens,
+            latency_ms=(time.perf_counter() - t0) * 1000,
+        )
+        traj.steps.append(step)
+        if turn.error:
+            step.parse_error = turn.error
+            traj.stop_reason = "model_error"
+            break
+        calls = turn.tool_calls
+        if not calls:
+            action = parse(turn.text)
+            if action.kind == "tool":
+                calls = [(f"text-{uuid.uuid4().hex[:8]}", action.name, action.arguments or {})]
+                turn.native = False
+            elif action.kind == "final":
+                traj.final_answer = action.text
+                if pending_followups:  # next user turn of a multi-turn dialogue
+                    messages = trim_context([*messages, {"role": "assistant", "content": turn.text}])
+                    step.user_message = pending_followups.pop(0)
+                    messages.append({"role": "user", "content": step.user_message})
+                    step.ended_at = now()
+                    continue
+                traj.stop_reason = "final_answer"
+                step.ended_at = now()
+                break
+            else:
+                unparseable += 1
+                step.parse_error = action.error
+                if unparseable >= limits.max_unparseable:
+                    traj.stop_reason = "unparseable"
+                    traj.final_answer = turn.text
+                    break
+                messages += [
+                    {"role": "assistant", "content": turn.text},
+                    {"role": "user", "content": NUDGE},
+                ]
+                continue
+        if turn.native:
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": turn.text or None,
+                    "tool_calls": [
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {
+                                "name": name,
+                                "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+                            },
+                        }
+                        for cid, name, args in calls
+                    ],
+                }
+            )
+        else:
+            messages.append({"role": "assistant", "content": turn.text})
+        breaker = ""
+        for cid, name, args in calls:
+            if total_calls >= limits.max_calls_total:
+                breaker = "total_call_limit"
+                break
+            if per_tool.get(name, 0) >= limits.max_calls_per_tool:
+                breaker = "tool_call_limit"
+                break
+            total_calls += 1
+            per_tool[name] = per_tool.get(name, 0) + 1
+            call_started = now()
+            result = toolkit.call(name, args)
+            text = result.text()
+            step.tool_calls.append(
+                ToolCallRecord(
+                    call_id=cid,
+                    name=name,
+                    arguments=args,
+                    ok=result.ok,
+                    result=text,
+                    result_sha256=sha256_text(text),
+                    error=result.error,
+                    cached=result.cached,
+                    started_at=call_started,
+                    elapsed_ms=result.elapsed_ms,
+                )
+            )
+            if result.ok and name == "execute_sql" and "rows" in result.content and isinstance(args, dict):
+                traj.final_sql = str(args.get("sql"))
+            if turn.native:
+                messages.append({"role": "tool", "tool_call_id": cid, "content": text})
+            else:
+                messages.append({"role": "user", "content": f"Tool result ({name}): {text}"})
+        step.ended_at = now()
+        if breaker:
+            traj.stop_reason = breaker  # type: ignore[assignment]
+            traj.fallback = "answered from the last successful result"
+            traj.final_answer = _summary_answer(toolkit)
+            break
+    else:
+        traj.stop_reason = "max_steps"
+        traj.fallback = "answered from the last successful result"
+        traj.final_answer = traj.final_answer or _summary_answer(toolkit)
+    if toolkit.user is not None:
+        traj.clarifications = [
+            {"question": c.question, "slots": c.slots, "answer": c.answer} for c in toolkit.user.asked
+        ]
+    traj.ended_at = now()
+    return traj

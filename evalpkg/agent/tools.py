@@ -1,0 +1,353 @@
+"""The EMR toolkit: one typed class; JSON schemas for the model come from the method signatures.
+Every call returns a ToolResult; no exception leaves `call`."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError, create_model
+
+from evalpkg.agent.cache import ToolCache
+from evalpkg.agent.claims import check_claim
+from evalpkg.agent.executor import QueryFailed, QueryResult, ReadOnlyExecutor
+from evalpkg.agent.schema import Catalog, SchemaIndex
+from evalpkg.agent.sqlguard import SqlRefused
+from evalpkg.agent.user_sim import ScriptedUser
+from evalpkg.testset import fingerprint
+
+PAGE_ROWS = 200
+TOOL_NAMES = (
+    "query_schema",
+    "query_dictionary",
+    "search_sql_examples",
+    "execute_sql",
+    "fetch_page",
+    "validate_result",
+    "ask_clarify",
+)
+
+
+class ToolResult(BaseModel):
+    name: str
+    ok: bool
+    content: dict[str, Any] = {}
+    error: str | None = None
+    cached: bool = False
+    elapsed_ms: float = 0.0
+
+    def text(self) -> str:
+        """What the model reads."""
+        body = self.content if self.ok else {"error": self.error}
+        return json.dumps(body, ensure_ascii=False, default=str)
+
+
+class ToolError(Exception):
+    """A failure the model should read and can recover from."""
+
+
+@dataclass
+class ToolOptions:
+    """Every guard and helper can be switched off for ablations."""
+
+    time_confirmation: bool = True
+    supplementary_schema: bool = True
+    schema_hint: bool = True
+    cache: bool = True
+
+
+@dataclass
+class Shared:
+    """Per-run objects shared by every worker."""
+
+    catalog: Catalog
+    index: SchemaIndex
+    cache: ToolCache
+    dictionary: list[dict[str, str]]
+    examples: list[dict[str, str]]
+
+
+@dataclass
+class Toolkit:
+    shared: Shared
+    executor: ReadOnlyExecutor
+    question: str = ""
+    user: ScriptedUser | None = None
+    options: ToolOptions = field(default_factory=ToolOptions)
+    loaded_tables: set[str] = field(default_factory=set)
+    confirmed_time_tables: set[str] = field(default_factory=set)
+    results: dict[str, QueryResult] = field(default_factory=dict)
+    last_result: dict[str, Any] | None = None
+    _cached: bool = False
+
+    # ---- tools -------------------------------------------------------------------------------
+
+    def query_schema(self, table_name: str | None = None) -> dict[str, Any]:
+        """Show the database tables, or the full column list of one table.
+
+        Args:
+            table_name: a table such as t_lab_result; omit to list all tables.
+        """
+        cat = self.shared.catalog
+        if not table_name:
+            return {"tables": cat.overview()}
+        table = cat.resolve(table_name)
+        if table is None:
+            raise ToolError(f"unknown table {table_name!r}; call query_schema() without arguments to list tables")
+        self.loaded_tables.add(table)
+        out: dict[str, Any] = {"schema": cat.table_text(table)}
+        if self.options.schema_hint and self.question:
+            hint = self.shared.index.hint(self.question, table)
+            if hint:
+                out["hint"] = f"likely target columns for this question: {', '.join(hint)}"
+        return out
+
+    def query_dictionary(self, term: str) -> dict[str, Any]:
+        """Look up columns, codes, units, NULL meaning and time semantics in the data dictionary.
+
+        Args:
+            term: a word or code, e.g. 糖化血红蛋白, HbA1c, cyrq, 作废.
+        """
+        t = term.strip().lower()
+        if not t:
+            raise ToolError("term is empty")
+        hits = [row for row in self.shared.dictionary if any(t in (v or "").lower() for v in row.values())]
+        return {"matches": hits[:20], "total": len(hits)}
+
+    def search_sql_examples(self, question: str) -> dict[str, Any]:
+        """Find example questions with the SQL that answered them, most similar first.
+
+        Args:
+            question: the question in your own words.
+        """
+        scored = []
+        q = set(question.lower())
+        for ex in self.shared.examples:
+            text = (ex["question"] + " " + (ex.get("question_en") or "")).lower()
+            scored.append((len(q & set(text)) / (1 + len(q)), ex))
+        scored.sort(key=lambda s: -s[0])
+        return {"examples": [ex for _, ex in scored[:3]]}
+
+    def execute_sql(self, sql: str, require_timefield_confirmation: bool = False) -> dict[str, Any]:
+        """Run one read-only SELECT on the eval database. Results over 200 rows come back paged with
+        the total row count and a per-column summary.
+
+        Args:
+            sql: exactly one SELECT statement (tables live in schemas emr and meta).
+            require_timefield_confirmation: if true, a time-filtered query first returns the time
+                columns of its tables and their meaning; call again to run it.
+        """
+        try:
+            used = [t for t in (self.shared.catalog.resolve(x) for x in fingerprint.tables(sql)) if t]
+        except Exception:
+            used = []
+        out: dict[str, Any] = {}
+        if require_timefield_confirmation and self.options.time_confirmation:
+            pending = [
+                t
+                for t in used
+                if self.shared.catalog.time_columns(t)
+                and t not in self.confirmed_time_tables
+                and _filters_on_time(sql, self.shared.catalog, t)
+            ]
+            if pending:
+                self.confirmed_time_tables.update(pending)
+                return {
+                    "needs_confirmation": True,
+                    "time_columns": {
+                        t: [f"{c.name}: {c.time_semantics or c.meaning}" for c in self.shared.catalog.time_columns(t)]
+                        for t in pending
+                    },
+                    "next": "check the time column, then call execute_sql again",
+                }
+        unloaded = [t for t in used if t not in self.loaded_tables]
+        if unloaded and self.options.supplementary_schema:
+            out["supplementary_schema"] = {t: self.shared.catalog.table_text(t) for t in unloaded}
+            self.loaded_tables.update(unloaded)
+        result = self._run(sql)
+        rid = uuid.uuid4().hex[:8]
+        self.results[rid] = result
+        out.update(_page(result, rid, 0))
+        self.last_result = {"columns": result.columns, "rows": result.rows[:PAGE_ROWS], "total_rows": result.total_rows}
+        return out
+
+    def fetch_page(self, result_id: str, page: int) -> dict[str, Any]:
+        """Fetch another page (200 rows) of an earlier execute_sql result.
+
+        Args:
+            result_id: the result_id execute_sql returned.
+            page: page number, starting at 0.
+        """
+        result = self.results.get(result_id)
+        if result is None:
+            raise ToolError(f"no result {result_id!r} in this dialogue")
+        if page < 0 or page * PAGE_ROWS >= max(len(result.rows), 1):
+            raise ToolError(f"page {page} is out of range (0..{max(len(result.rows) - 1, 0) // PAGE_ROWS})")
+        return _page(result, result_id, page)
+
+    def validate_result(self, claim: str, evidence: str | None = None) -> dict[str, Any]:
+        """Check that the numbers and entities in your conclusion are supported by the evidence.
+
+        Args:
+            claim: the sentence you intend to tell the clinician.
+            evidence: JSON of the result you rely on; omit to use the last execute_sql result.
+        """
+        if evidence:
+            try:
+                ev: Any = json.loads(evidence)
+            except json.JSONDecodeError:
+                ev = evidence
+        elif self.last_result is not None:
+            ev = self.last_result
+        else:
+            raise ToolError("no evidence: run execute_sql first or pass evidence")
+        names = [d.get("meaning", "") for d in self.shared.dictionary if d.get("table_name") == "dict_dept"]
+        return check_claim(claim, ev, known_entities=[n for n in names if n])
+
+    def ask_clarify(self, question: str) -> dict[str, Any]:
+        """Ask the clinician a clarifying question when the request is ambiguous.
+
+        Args:
+            question: one short question to the clinician.
+        """
+        if self.user is None:
+            raise ToolError("no clinician is available in this run; make a reasonable assumption and say it")
+        return {"answer": self.user.answer(question)}
+
+    # ---- dispatch ----------------------------------------------------------------------------
+
+    def _run(self, sql: str) -> QueryResult:
+        key = fingerprint.exact(sql) if self.options.cache else None
+        if key is not None:
+            hit = self.shared.cache.get("execute_sql", key)
+            if hit is not None:
+                self._cached = True
+                return hit  # type: ignore[no-any-return]
+        result = self.executor.run(sql)
+        if key is not None:
+            self.shared.cache.put("execute_sql", key, result)
+        return result
+
+    def call(self, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
+        t0 = time.perf_counter()
+        self._cached = False
+        try:
+            if name not in TOOL_NAMES:
+                raise ToolError(f"unknown tool {name!r}; available: {', '.join(TOOL_NAMES)}")
+            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments or {})
+            if not isinstance(args, dict):
+                raise ToolError("arguments must be a JSON object")
+            params = _ARG_MODELS[name].model_validate(args).model_dump(exclude_unset=True)
+            cacheable = self.options.cache and name in ("query_dictionary", "search_sql_examples")
+            content = self.shared.cache.get(name, params) if cacheable else None
+            if content is not None:
+                self._cached = True
+            else:
+                content = getattr(self, name)(**params)
+                if cacheable:
+                    self.shared.cache.put(name, params, content)
+            return ToolResult(
+                name=name, ok=True, content=content, cached=self._cached, elapsed_ms=(time.perf_counter() - t0) * 1000
+            )
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            message = f"bad arguments: {'.'.join(map(str, err['loc'])) or '(all)'}: {err['msg']}"
+        except json.JSONDecodeError as exc:
+            message = f"arguments are not valid JSON: {exc.msg}"
+        except SqlRefused as exc:
+            message = f"refused: {exc}"
+        except (ToolError, QueryFailed) as exc:
+            message = str(exc)
+        except Exception as exc:  # a tool bug must not end the run; it is recorded
+            message = f"internal tool error: {type(exc).__name__}: {str(exc)[:200]}"
+        return ToolResult(name=name, ok=False, error=message, elapsed_ms=(time.perf_counter() - t0) * 1000)
+
+
+def _filters_on_time(sql: str, catalog: Catalog, table: str) -> bool:
+    where = re.split(r"\bwhere\b", sql, maxsplit=1, flags=re.IGNORECASE)
+    return len(where) == 2 and any(re.search(rf"\b{c.name}\b", where[1]) for c in catalog.time_columns(table))
+
+
+def _summary(result: QueryResult) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for i, col in enumerate(result.columns):
+        values = [r[i] for r in result.rows]
+        nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        entry: dict[str, Any] = {
+            "nulls": sum(v is None for v in values),
+            "distinct": len({json.dumps(v, default=str) for v in values}),
+        }
+        if nums:
+            entry.update(min=min(nums), max=max(nums), mean=round(sum(nums) / len(nums), 4))
+        summary[col] = entry
+    return summary
+
+
+def _page(result: QueryResult, rid: str, page: int) -> dict[str, Any]:
+    start = page * PAGE_ROWS
+    rows = result.rows[start : start + PAGE_ROWS]
+    out: dict[str, Any] = {
+        "result_id": rid,
+        "columns": result.columns,
+        "rows": rows,
+        "total_rows": result.total_rows,
+        "status": "success_empty" if result.total_rows == 0 else "success",
+    }
+    if result.total_rows > PAGE_ROWS:
+        out.update(
+            page=page,
+            pages=(min(len(result.rows), result.total_rows) - 1) // PAGE_ROWS + 1,
+            column_summary=_summary(result),
+            note=f"showing rows {start + 1}-{start + len(rows)} of {result.total_rows}; use fetch_page"
+            + (f"; only the first {len(result.rows)} rows can be paged, narrow the query" if result.capped else ""),
+        )
+    return out
+
+
+def _docs(method: Any) -> tuple[str, dict[str, str]]:
+    doc = inspect.getdoc(method) or ""
+    head, _, args = doc.partition("Args:")
+    params: dict[str, str] = {}
+    current = None
+    for line in args.splitlines():
+        m = re.match(r"\s*(\w+):\s*(.*)", line)
+        if m and m.group(1) in inspect.signature(method).parameters:
+            current = m.group(1)
+            params[current] = m.group(2).strip()
+        elif current and line.strip():
+            params[current] += " " + line.strip()
+    return " ".join(head.split()), params
+
+
+def _arg_model(name: str) -> type[BaseModel]:
+    method = getattr(Toolkit, name)
+    sig = inspect.signature(method)
+    hints = inspect.get_annotations(method, eval_str=True)
+    fields: dict[str, Any] = {}
+    for p in list(sig.parameters.values())[1:]:
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        fields[p.name] = (hints[p.name], default)
+    return create_model(f"{name}_args", __config__={"extra": "forbid"}, **fields)
+
+
+_ARG_MODELS: dict[str, type[BaseModel]] = {n: _arg_model(n) for n in TOOL_NAMES}
+
+
+def openai_tools(names: tuple[str, ...] = TOOL_NAMES) -> list[dict[str, Any]]:
+    """Chat-completions `tools` for the model, derived from the typed signatures and docstrings."""
+    out = []
+    for name in names:
+        description, arg_docs = _docs(getattr(Toolkit, name))
+        schema = _ARG_MODELS[name].model_json_schema()
+        schema.pop("title", None)
+        for pname, prop in schema.get("properties", {}).items():
+            prop.pop("title", None)
+            if pname in arg_docs:
+                prop["description"] = arg_docs[pname]
+        out.append({"type": "function", "function": {"name": name, "description": description, "parameters": schema}})
+    return out

@@ -1,0 +1,83 @@
+"""What a run records: every step of every trajectory, versioned and hashable (seed 000 §2.3, §5.3)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel
+
+TRAJECTORY_FORMAT_VERSION: Final = 1
+
+StopReason = Literal[
+    "final_answer",
+    "max_steps",
+    "tool_call_limit",
+    "total_call_limit",
+    "model_error",
+    "unparseable",
+]
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class ToolCallRecord(BaseModel):
+    call_id: str
+    name: str
+    arguments: dict[str, Any] | str
+    ok: bool
+    result: str  # exactly what the model read
+    result_sha256: str  # lets a later reader prove the result was not altered
+    error: str | None = None
+    cached: bool = False
+    started_at: str
+    elapsed_ms: float
+
+
+class Step(BaseModel):
+    index: int
+    started_at: str
+    ended_at: str
+    model_text: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCallRecord] = []
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+    parse_error: str = ""
+    user_message: str = ""  # a simulated user's reply injected after this step
+
+
+class Trajectory(BaseModel):
+    format_version: Literal[1] = TRAJECTORY_FORMAT_VERSION
+    instance_id: str
+    task_id: str
+    agent: str
+    language: str
+    complexity: str
+    question: str
+    steps: list[Step] = []
+    final_answer: str = ""
+    final_sql: str | None = None  # last execute_sql that succeeded
+    stop_reason: StopReason = "final_answer"
+    fallback: str = ""  # what the circuit breaker did instead
+    clarifications: list[dict[str, Any]] = []
+    started_at: str = ""
+    ended_at: str = ""
+
+    def tool_calls(self) -> list[ToolCallRecord]:
+        return [c for s in self.steps for c in s.tool_calls]
+
+    def verify_hashes(self) -> bool:
+        return all(sha256_text(c.result) == c.result_sha256 for c in self.tool_calls())
+
+    def digest(self) -> str:
+        return sha256_text(json.dumps(self.model_dump(mode="json"), sort_keys=True, ensure_ascii=False))

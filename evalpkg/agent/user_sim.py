@@ -1,0 +1,51 @@
+"""The simulated clinician behind ask_clarify: scripted from the task's hidden slots (rules are data,
+data/user_sim.json), answering in the task's language and recording what was asked."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from evalpkg.testset.models import HiddenSlot, Language
+
+
+@lru_cache(maxsize=1)
+def _rules() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(
+        resources.files("evalpkg.agent").joinpath("data/user_sim.json").read_text("utf-8")
+    )
+    return data
+
+
+@dataclass
+class Clarification:
+    question: str
+    slots: list[str]
+    answer: str
+
+
+@dataclass
+class ScriptedUser:
+    hidden_slots: list[HiddenSlot]
+    language: Language
+    asked: list[Clarification] = field(default_factory=list)
+
+    def answer(self, question: str) -> str:
+        rules = _rules()
+        q = question.lower()
+        matched = [s for s in self.hidden_slots if any(k.lower() in q for k in s.keywords)]
+        if matched:
+            text = str(rules["joiner"][self.language]).join(s.answer[self.language] for s in matched)
+        elif self.hidden_slots:
+            text = str(rules["irrelevant"][self.language])
+        else:
+            text = str(rules["not_needed"][self.language])
+        self.asked.append(Clarification(question, [s.slot for s in matched], text))
+        return text
+
+    @property
+    def revealed(self) -> set[str]:
+        return {slot for c in self.asked for slot in c.slots}
