@@ -1,0 +1,156 @@
+"""The ReAct loop with scripted policies: the gold agent reproduces every v1 gold result through the
+real tools; limits, malformed output and endpoint failures end as recorded outcomes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from evalpkg.agent.loop import Limits, ModelTurn, run_dialogue
+from evalpkg.agent.policies import gold_policy, perturb_sql, perturbation_policy
+from evalpkg.agent.session import toolkit_for
+from evalpkg.agent.tools import Shared
+from evalpkg.settings import Settings
+from evalpkg.testset import release
+from evalpkg.testset.gold import agent_connection, run_gold
+from evalpkg.testset.models import Complexity, Language
+from tests.agent.test_guards import make_toolkit
+
+
+def run(policy: Any, toolkit: Any, limits: Limits | None = None, question: str = "q") -> Any:
+    return run_dialogue(
+        policy,
+        toolkit,
+        instance_id="i-1",
+        task_id="t-1",
+        language="zh",
+        complexity="plain",
+        question=question,
+        limits=limits,
+    )
+
+
+class Replay:
+    def __init__(self, turns: list[ModelTurn], name: str = "replay") -> None:
+        self.turns, self.name = turns, name
+
+    def next(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelTurn:
+        if not self.turns:
+            raise RuntimeError("endpoint closed the connection")
+        return self.turns.pop(0)
+
+
+def test_gold_agent_reproduces_every_v1_gold_result(synced: Any, generated: Settings, shared: Shared) -> None:
+    tasks = release.load(generated.tasks_dir, "v1").tasks
+    checked = 0
+    with agent_connection(generated) as conn:
+        for task in tasks:
+            variant = next(v for v in task.variants if v.language is Language.zh and v.complexity is Complexity.plain)
+            toolkit = toolkit_for(generated, shared, task, variant)
+            traj = run_dialogue(
+                gold_policy(task),
+                toolkit,
+                instance_id=task.id,
+                task_id=task.id,
+                language="zh",
+                complexity="plain",
+                question=variant.text,
+            )
+            toolkit.executor.close()
+            assert traj.stop_reason == "final_answer", (task.id, traj.stop_reason)
+            assert traj.verify_hashes()
+            if task.hidden_slots:
+                assert {s.slot for s in task.hidden_slots} <= {s for c in traj.clarifications for s in c["slots"]}
+            if not task.answerable:
+                assert traj.final_sql is None
+                continue
+            assert traj.final_sql == task.gold_sql[0], task.id
+            executed = [c for c in traj.tool_calls() if c.name == "execute_sql"][-1]
+            import json
+
+            content = json.loads(executed.result)
+            gold = run_gold(conn, task.gold_sql[0])
+            assert content["total_rows"] == len(gold), task.id
+            assert [tuple(r) for r in content["rows"]] == [tuple(_j(v) for v in r) for r in gold[:200]], task.id
+            checked += 1
+    assert checked >= 320
+
+
+def _j(v: Any) -> Any:
+    from evalpkg.agent.executor import jsonable
+
+    return jsonable(v)
+
+
+def test_circuit_breaker_records_a_fallback(generated: Settings, shared: Shared) -> None:
+    calls = [ModelTurn(tool_calls=[(f"c{i}", "query_schema", {"table_name": "t_zy_visit"})]) for i in range(10)]
+    traj = run(Replay(calls), make_toolkit(generated, shared), Limits(max_calls_per_tool=3))
+    assert traj.stop_reason == "tool_call_limit" and traj.fallback
+    assert len(traj.tool_calls()) == 3
+    traj = run(Replay(list(calls)), make_toolkit(generated, shared), Limits(max_calls_total=2))
+    assert traj.stop_reason == "total_call_limit" and len(traj.tool_calls()) == 2
+    traj = run(Replay(list(calls)), make_toolkit(generated, shared), Limits(max_steps=4))
+    assert traj.stop_reason == "max_steps" and len(traj.steps) == 4
+
+
+MALFORMED = [
+    "",
+    "   ",
+    "{",
+    '```json\n{"tool": "execute_sql", "arguments": \n```',
+    '{"foo": 1}',
+    "[1, 2, 3]",
+    "```json\n[]\n```",
+    '{"tool": 42}',
+    "null",
+    '{"tool": "execute_sql", "arguments": "not json {"}',
+    "\x00\x01",
+    '{"tool": "rm -rf", "arguments": {}}',
+    '{"name": "execute_sql", "arguments": {"sql": 5}}',
+    "```\n{'tool': 'query_schema', 'arguments': {'table_name': None}}\n```",
+    "{{{{}}}}",
+    "}{",
+    '{"final_answer": null}',
+    '{"tool": "execute_sql", "arguments": {"sql": "drop table emr.t_lab_result"}}',
+]
+
+
+@pytest.mark.parametrize("text", MALFORMED)
+def test_malformed_model_output_never_raises(generated: Settings, shared: Shared, text: str) -> None:
+    traj = run(
+        Replay([ModelTurn(text=text), ModelTurn(text=text), ModelTurn(text=text)]), make_toolkit(generated, shared)
+    )
+    assert traj.stop_reason in {"final_answer", "unparseable", "model_error", "max_steps"}
+    assert traj.ended_at >= traj.started_at
+
+
+def test_text_protocol_tool_call_then_answer(generated: Settings, shared: Shared) -> None:
+    turns = [
+        ModelTurn(
+            text='先查一下。\n```json\n{"tool": "execute_sql", "arguments": {"sql": "select count(*)\nfrom emr.t_patient_info"}}\n```'
+        ),
+        ModelTurn(text='{"final_answer": "共有若干患者"}'),
+    ]
+    traj = run(Replay(turns), make_toolkit(generated, shared))
+    assert traj.stop_reason == "final_answer" and traj.final_answer == "共有若干患者"
+    assert traj.final_sql is not None and traj.tool_calls()[0].ok
+
+
+def test_endpoint_failure_is_a_model_error_outcome(generated: Settings, shared: Shared) -> None:
+    traj = run(Replay([]), make_toolkit(generated, shared))
+    assert traj.stop_reason == "model_error" and "endpoint closed" in traj.steps[0].parse_error
+
+
+def test_perturbations_change_the_sql() -> None:
+    sql = "select count(distinct patient_id) from emr.t_zy_visit where cyrq >= '2024-01-01' and zyts is not null"
+    assert "ryrq" in perturb_sql(sql, "wrong_time_field")
+    assert "is not null" not in perturb_sql(sql, "dropped_null_handling")
+    assert "count(*)" in perturb_sql(sql, "wrong_column")
+
+
+def test_extra_calls_agent_repeats_schema_lookups(generated: Settings, shared: Shared) -> None:
+    task = release.load(generated.tasks_dir, "v1").tasks[0]
+    traj = run(perturbation_policy(task, "extra_calls"), make_toolkit(generated, shared))
+    names = [c.name for c in traj.tool_calls()]
+    assert names.count("query_schema") >= 3 + len(task.tables)
