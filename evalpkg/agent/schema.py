@@ -12,6 +12,13 @@ import numpy as np
 import psycopg
 
 SCHEMAS = ("emr", "meta")
+KEYWORD_WEIGHT = 1.0
+
+
+def _table_keywords() -> dict[str, list[str]]:
+    text = resources.files("evalpkg.agent").joinpath("data/table_keywords.json").read_text("utf-8")
+    data: dict[str, list[str]] = json.loads(text)
+    return data
 
 
 @dataclass
@@ -49,6 +56,7 @@ class Catalog:
     tables: dict[str, str]  # name -> schema-qualified name
     descriptions: dict[str, str]
     columns: dict[str, list[Column]] = field(default_factory=dict)
+    entity_names: dict[str, list[str]] = field(default_factory=dict)  # values that point at a table
 
     @classmethod
     def load(cls, conn: psycopg.Connection) -> Catalog:
@@ -66,7 +74,17 @@ class Catalog:
                     "time_semantics from meta.data_dictionary"
                 )
             }
-        cat = cls(tables={}, descriptions=descriptions)
+            entities = {
+                "t_zy_visit": [v for r in conn.execute("select ksmc, ksmc_en from emr.dict_dept") for v in r if v],
+                "t_lab_result": [
+                    v for r in conn.execute("select xmmc, xmmc_en from emr.dict_lab_item") for v in r if v
+                ],
+                "t_med_order": [
+                    v for r in conn.execute("select ypmc, ypmc_en, ypfl from emr.dict_drug") for v in r if v
+                ],
+                "t_diag_record": [r[0] for r in conn.execute("select distinct zdmc from emr.t_diag_record")],
+            }
+        cat = cls(tables={}, descriptions=descriptions, entity_names=entities)
         for schema, table, column, dtype in rows:
             cat.tables[table] = f"{schema}.{table}"
             d = dictionary.get((table, column), ("", "", "", "", "", ""))
@@ -111,6 +129,9 @@ class SchemaIndex:
         self.vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 3), sublinear_tf=True)
         self.matrix = self.vectorizer.fit_transform(docs)
         self.col_tokens = [_tokens(d) for d in docs]
+        self.keywords = {t: [w.lower() for w in words] for t, words in _table_keywords().items()}
+        for table, values in catalog.entity_names.items():
+            self.keywords.setdefault(table, []).extend(v.lower() for v in values if len(v) >= 2)
 
     def column_scores(self, question: str) -> np.ndarray:
         vector = (self.matrix @ self.vectorizer.transform([question]).T).toarray().ravel()
@@ -118,13 +139,24 @@ class SchemaIndex:
         keyword = np.array([len(q & toks) / (1 + len(q)) for toks in self.col_tokens])
         return np.asarray(vector + keyword)
 
-    def candidate_tables(self, question: str, k: int = 3) -> list[str]:
+    def table_scores(self, question: str) -> dict[str, float]:
+        """Keyword stage (clinical vocabulary and dictionary values per table) + vector stage."""
         scores = self.column_scores(question)
-        best: dict[str, float] = {}
+        vector: dict[str, float] = {}
         for col, s in zip(self.columns, scores, strict=True):
             if col.table.startswith("t_"):  # facts carry the questions; dictionaries come along via joins
-                best[col.table] = max(best.get(col.table, 0.0), float(s))
-        return [t for t, _ in sorted(best.items(), key=lambda kv: -kv[1])[:k]]
+                vector[col.table] = max(vector.get(col.table, 0.0), float(s))
+        top = max(vector.values(), default=0.0) or 1.0
+        q = question.lower()
+        return {t: v / top + KEYWORD_WEIGHT * any(k in q for k in self.keywords.get(t, ())) for t, v in vector.items()}
+
+    def candidate_tables(self, question: str, k: int = 4) -> list[str]:
+        """Every table a keyword points at, else the best vector match; at most k."""
+        scores = self.table_scores(question)
+        hits = [t for t, s in sorted(scores.items(), key=lambda kv: -kv[1]) if s >= KEYWORD_WEIGHT]
+        if not hits and scores:
+            hits = [max(scores, key=lambda t: scores[t])]
+        return hits[:k]
 
     def hint(self, question: str, table: str, k: int = 3) -> list[str]:
         """Likely target columns of one table for this question (seed 000 §4.1 summary hint)."""

@@ -58,6 +58,7 @@ class ToolOptions:
     time_confirmation: bool = True
     supplementary_schema: bool = True
     schema_hint: bool = True
+    schema_retrieval: bool = True
     cache: bool = True
 
 
@@ -95,12 +96,18 @@ class Toolkit:
         """
         cat = self.shared.catalog
         if not table_name:
-            return {"tables": cat.overview()}
+            out: dict[str, Any] = {"tables": cat.overview()}
+            if self.options.schema_retrieval and self.question:
+                # two-stage retrieval: candidate tables for the question, then their full schema
+                candidates = self.shared.index.candidate_tables(self.question)
+                self.loaded_tables.update(candidates)
+                out["candidate_schemas"] = {t: cat.table_text(t) for t in candidates}
+            return out
         table = cat.resolve(table_name)
         if table is None:
             raise ToolError(f"unknown table {table_name!r}; call query_schema() without arguments to list tables")
         self.loaded_tables.add(table)
-        out: dict[str, Any] = {"schema": cat.table_text(table)}
+        out = {"schema": cat.table_text(table)}
         if self.options.schema_hint and self.question:
             hint = self.shared.index.hint(self.question, table)
             if hint:

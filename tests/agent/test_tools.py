@@ -134,3 +134,14 @@ def test_ask_clarify_answers_from_hidden_slots(generated: Settings, shared: Shar
     assert tk.user.revealed == {"time_range"}
     tk.user = ScriptedUser(Task.model_validate(task_dict()).hidden_slots, Language.zh)
     assert "不需要再确认" in tk.call("ask_clarify", {"question": "您指哪个科室?"}).content["answer"]
+
+
+def test_schema_overview_retrieves_candidate_tables(generated: Settings, shared: Shared) -> None:
+    tk = make_toolkit(generated, shared)
+    tk.question = "2023年糖尿病患者中糖化血红蛋白高于7%的有多少人"
+    r = tk.call("query_schema", {}).content
+    assert {"t_diag_record", "t_lab_result"} <= set(r["candidate_schemas"])
+    assert "t_med_order" not in r["candidate_schemas"]
+    assert {"t_diag_record", "t_lab_result"} <= tk.loaded_tables
+    tk.options.schema_retrieval = False
+    assert "candidate_schemas" not in tk.call("query_schema", {}).content
