@@ -26,6 +26,7 @@ class Limits:
     max_calls_per_tool: int = 6
     max_calls_total: int = 16
     max_unparseable: int = 2
+    deadline_s: float | None = None  # wall-clock budget of the whole dialogue
 
 
 @dataclass
@@ -95,7 +96,13 @@ def run_dialogue(
     per_tool: dict[str, int] = {}
     total_calls = unparseable = 0
     pending_followups = list(followups)
+    deadline = time.monotonic() + limits.deadline_s if limits.deadline_s else None
     for index in range(limits.max_steps):
+        if deadline is not None and time.monotonic() > deadline:
+            traj.stop_reason = "timeout"
+            traj.fallback = "answered from the last successful result"
+            traj.final_answer = traj.final_answer or _summary_answer(toolkit)
+            break
         started = now()
         t0 = time.perf_counter()
         try:

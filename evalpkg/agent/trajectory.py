@@ -18,6 +18,7 @@ StopReason = Literal[
     "total_call_limit",
     "model_error",
     "unparseable",
+    "timeout",
 ]
 
 

@@ -1,0 +1,1 @@
+"""The five-stage evaluation pipeline: normalize, execute, record, score, cluster."""

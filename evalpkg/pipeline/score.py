@@ -1,0 +1,229 @@
+"""Stage 4, score: execution match against gold run on the same snapshot, plus process scores
+(tool calls, redundancy, expected-call precision/recall, clarification, answer points, cost)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from evalpkg.agent.executor import QueryFailed, ReadOnlyExecutor, jsonable
+from evalpkg.agent.sqlguard import SqlRefused
+from evalpkg.agent.trajectory import Trajectory
+from evalpkg.pipeline.comparator import match, order_key_columns
+from evalpkg.testset.models import ArgConstraint, ExpectedToolCall, Language, Task, TaskType
+
+SCORE_FORMAT_VERSION = 1
+REFUSAL = re.compile(
+    r"无法|没有.{0,8}(数据|记录|信息)|不包含|未记录|不能回答|cannot|can't|not available|does not (hold|record|"
+    r"contain|include|have)|no (data|record)|not recorded|unable",
+    re.IGNORECASE,
+)
+NUMBER = re.compile(r"(?<![0-9A-Za-z.])[-+]?\d+(?:,\d{3})*(?:\.\d+)?%?")
+UNIT_FACTORS = {("mg/dl", "mmol/l"): 1 / 18.0, ("mmol/l", "mg/dl"): 18.0}
+
+
+class InstanceScore(BaseModel):
+    format_version: int = SCORE_FORMAT_VERSION
+    instance_id: str
+    task_id: str
+    type: str
+    difficulty: str
+    language: str
+    complexity: str
+    repeat: int
+    answerable: bool
+    status: str  # success | success_empty | failure (of the agent's final SQL, re-run at scoring time)
+    exec_match: bool
+    correct: bool
+    executable_sql: bool
+    tool_calls: int
+    redundant_calls: int
+    expected_precision: float
+    expected_recall: float
+    order_ok: bool
+    clarification_correct: bool
+    answer_coverage: float | None
+    stop_reason: str
+    latency_s: float
+    prompt_tokens: int
+    completion_tokens: int
+    tool_names: list[str]
+    error_text: str
+    final_sql: str | None
+
+
+class GoldCache:
+    """Gold results, computed once per gold query on the run's snapshot."""
+
+    def __init__(self, executor: ReadOnlyExecutor) -> None:
+        self.executor = executor
+        self._rows: dict[str, tuple[list[str], list[list[Any]]]] = {}
+
+    def get(self, sql: str) -> tuple[list[str], list[list[Any]]]:
+        if sql not in self._rows:
+            result = self.executor.run(sql)
+            self._rows[sql] = (result.columns, result.rows)
+        return self._rows[sql]
+
+
+def _satisfies(args: Any, constraints: dict[str, ArgConstraint]) -> bool:
+    if not isinstance(args, dict):
+        try:
+            args = json.loads(args)
+        except (json.JSONDecodeError, TypeError):
+            return not constraints
+    for name, c in constraints.items():
+        value = str(args.get(name, "") if isinstance(args, dict) else "").lower()
+        if c.equals is not None and value != c.equals.lower():
+            return False
+        if any(s.lower() not in value for s in c.contains_all):
+            return False
+        if c.contains_any and not any(s.lower() in value for s in c.contains_any):
+            return False
+    return True
+
+
+def expected_call_scores(task: Task, traj: Trajectory) -> tuple[float, float, bool]:
+    """(precision, recall, partial order respected) of the actual calls against the expected ones."""
+    expected: list[ExpectedToolCall] = [c for turn in task.turns for c in turn.expected_tool_calls]
+    actual = traj.tool_calls()
+    if not actual:
+        return (1.0 if not expected else 0.0), (0.0 if any(e.required for e in expected) else 1.0), True
+    matched_actual = sum(any(a.name == e.name and _satisfies(a.arguments, e.args) for e in expected) for a in actual)
+    required = [e for e in expected if e.required]
+    first_hit: dict[int, int] = {}
+    for idx, e in enumerate(required):
+        hit = next((i for i, a in enumerate(actual) if a.name == e.name and _satisfies(a.arguments, e.args)), None)
+        if hit is not None:
+            first_hit[idx] = hit
+    recall = len(first_hit) / len(required) if required else 1.0
+    order_ok = True
+    for idx, e in enumerate(required):
+        if idx in first_hit:
+            for before in e.after:
+                earlier = [i for i, a in enumerate(actual) if a.name == before]
+                if earlier and min(earlier) > first_hit[idx]:
+                    order_ok = False
+    return matched_actual / len(actual), recall, order_ok
+
+
+def _numbers(text: str) -> list[float]:
+    out = []
+    for m in NUMBER.finditer(text):
+        raw = m.group(0)
+        value = float(raw.rstrip("%").replace(",", ""))
+        out += [value, value / 100] if raw.endswith("%") else [value]
+    return out
+
+
+def _similar(a: str, b: str) -> float:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    if not a.strip() or not b.strip():
+        return 0.0
+    m = TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 3)).fit_transform([a, b])
+    return float((m[0] @ m[1].T).toarray()[0, 0])
+
+
+def answer_coverage(task: Task, answer: str, gold_rows: list[list[Any]] | None, language: str) -> float | None:
+    """Numbers exact within tolerance (percent and unit forms allowed); text by character n-gram
+    cosine similarity, which works offline and across zh/en tokenisation."""
+    if not task.answer_points:
+        return None
+    numbers = _numbers(answer)
+    unit = (task.result.unit or "").lower()
+    hits = 0
+    for p in task.answer_points:
+        if p.kind == "number":
+            try:
+                value = float(gold_rows[p.row][p.col]) if gold_rows is not None else None  # type: ignore[index]
+            except (IndexError, TypeError, ValueError):
+                value = None
+            if value is None:
+                continue
+            candidates = {value, value * 100}
+            for (src, dst), f in UNIT_FACTORS.items():
+                if dst == unit and src in answer.lower():
+                    candidates.add(value / f)
+            hits += any(abs(n - c) <= max(p.tolerance * abs(c), 0.005) for n in numbers for c in candidates)
+        elif p.text:
+            target = p.text.get(Language(language)) or next(iter(p.text.values()))
+            hits += _similar(answer, target) >= 0.35
+    return hits / len(task.answer_points)
+
+
+def _latency_s(traj: Trajectory) -> float:
+    try:
+        return (datetime.fromisoformat(traj.ended_at) - datetime.fromisoformat(traj.started_at)).total_seconds()
+    except ValueError:
+        return 0.0
+
+
+def score_instance(
+    task: Task, traj: Trajectory, repeat: int, gold: GoldCache, executor: ReadOnlyExecutor
+) -> InstanceScore:
+    calls = traj.tool_calls()
+    signature = Counter(
+        (c.name, json.dumps(c.arguments, sort_keys=True, ensure_ascii=False, default=str)) for c in calls
+    )
+    pred: list[list[Any]] | None = None
+    status = "failure"
+    if traj.final_sql:
+        try:
+            result = executor.run(traj.final_sql)
+            pred = [[jsonable(v) for v in r] for r in result.rows]
+            status = "success" if result.rows else "success_empty"
+        except (QueryFailed, SqlRefused):
+            pred = None
+    gold_rows: list[list[Any]] | None = None
+    exec_match = False
+    for sql in task.gold_sql:
+        columns, rows = gold.get(sql)
+        gold_rows = gold_rows if gold_rows is not None else rows
+        keys = order_key_columns(sql, columns) if task.result.order_matters else None
+        if match(
+            pred, rows, order_matters=task.result.order_matters, rel_tol=task.result.numeric_tolerance, order_keys=keys
+        ):
+            exec_match, gold_rows = True, rows
+            break
+    correct = exec_match if task.answerable else (traj.final_sql is None and bool(REFUSAL.search(traj.final_answer)))
+    precision, recall, order_ok = expected_call_scores(task, traj)
+    asked = bool(traj.clarifications)
+    if task.type is TaskType.clarification:
+        revealed = {s for c in traj.clarifications for s in c["slots"]}
+        clarification_correct = asked and {s.slot for s in task.hidden_slots} <= revealed
+    else:
+        clarification_correct = not asked
+    return InstanceScore(
+        instance_id=traj.instance_id,
+        task_id=task.id,
+        type=task.type.value,
+        difficulty=task.difficulty.value,
+        language=traj.language,
+        complexity=traj.complexity,
+        repeat=repeat,
+        answerable=task.answerable,
+        status=status,
+        exec_match=exec_match,
+        correct=correct,
+        executable_sql=any(c.name == "execute_sql" and c.ok for c in calls),
+        tool_calls=len(calls),
+        redundant_calls=sum(n - 1 for n in signature.values()),
+        expected_precision=precision,
+        expected_recall=recall,
+        order_ok=order_ok,
+        clarification_correct=clarification_correct,
+        answer_coverage=answer_coverage(task, traj.final_answer, gold_rows, traj.language),
+        stop_reason=traj.stop_reason,
+        latency_s=_latency_s(traj),
+        prompt_tokens=sum(s.prompt_tokens for s in traj.steps),
+        completion_tokens=sum(s.completion_tokens for s in traj.steps),
+        tool_names=[c.name for c in calls],
+        error_text=" | ".join(c.error or "" for c in calls if not c.ok)[:2000],
+        final_sql=traj.final_sql,
+    )
