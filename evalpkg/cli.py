@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from evalpkg.cli_run import register as register_run_commands
 from evalpkg.cli_testset import app as testset_app
 from evalpkg.errors import EvalpkgError
 from evalpkg.settings import AGENT_ROLE, EVAL_DB, PROD_DB, RESULTS_DB, get_settings
@@ -24,6 +25,7 @@ deid_app = typer.Typer(no_args_is_help=True, help="The de-identification key.")
 app.add_typer(prod_app, name="prod")
 app.add_typer(deid_app, name="deid")
 app.add_typer(testset_app, name="testset")
+register_run_commands(app)
 
 
 def _log(message: str) -> None:

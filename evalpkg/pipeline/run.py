@@ -1,0 +1,183 @@
+"""The whole pipeline for the CLI and the DAGs: plan, execute shards, score, cluster, validate,
+track, report. Each stage is callable on its own; re-scoring never calls a model."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from evalpkg.agent.executor import ReadOnlyExecutor
+from evalpkg.agent.session import agent_url
+from evalpkg.agent.tools import TOOL_NAMES
+from evalpkg.agent.trajectory import Trajectory, sha256_text
+from evalpkg.errors import SyncError
+from evalpkg.expectations import ValidationReport, load_suite, validate_frames
+from evalpkg.pipeline import store
+from evalpkg.pipeline.cluster import Cluster, cluster_failures
+from evalpkg.pipeline.config import RunConfig
+from evalpkg.pipeline.execute import ShardReport, execute_shard
+from evalpkg.pipeline.metrics import breakdown
+from evalpkg.pipeline.plan import normalize
+from evalpkg.pipeline.report import write_report
+from evalpkg.pipeline.score import GoldCache, InstanceScore, score_instance
+from evalpkg.settings import Settings
+from evalpkg.testset import release
+from evalpkg.testset.gold import agent_connection, snapshot_version
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Scored:
+    scores: list[InstanceScore]
+    table: dict[str, dict[str, float]]
+    clusters: list[Cluster]
+    validation: ValidationReport
+
+
+def new_run_id(config: RunConfig) -> str:
+    return f"{config.name}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{config.fingerprint()[:6]}"
+
+
+def plan_run(settings: Settings, config: RunConfig, run_id: str | None = None) -> str:
+    """Stage 1: persist the plan (in the results store and as plan.json) and return the run id."""
+    rel = release.load(settings.tasks_dir, config.testset_version)
+    config = config.model_copy(update={"testset_version": rel.version})
+    with agent_connection(settings) as conn:
+        snap = snapshot_version(conn)
+    run_id = run_id or new_run_id(config)
+    instances = normalize(rel.tasks, config)
+    store.create_run(settings, run_id, config, rel.version, snap, instances)
+    d = store.run_dir(settings, run_id)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(config.model_dump_json(indent=2, exclude={"api_key"}), encoding="utf-8")
+    (d / "plan.json").write_text(json.dumps([i.model_dump() for i in instances], indent=1), encoding="utf-8")
+    return run_id
+
+
+def _frames(scores: list[InstanceScore], trajectories: list[Trajectory]) -> dict[str, pd.DataFrame]:
+    calls = [
+        {"name": c.name if c.name in TOOL_NAMES else "(invalid)", "hash_ok": sha256_text(c.result) == c.result_sha256}
+        for t in trajectories
+        for c in t.tool_calls()
+    ]
+    steps = [
+        {"ordered": t.started_at <= s.started_at <= s.ended_at <= t.ended_at} for t in trajectories for s in t.steps
+    ]
+    texts = [{"value": v} for t in trajectories for v in (t.final_answer, *(c.result for c in t.tool_calls()))]
+    return {
+        "scores": pd.DataFrame([s.model_dump(exclude={"tool_names"}) for s in scores]),
+        "tool_calls": pd.DataFrame(calls or [{"name": "execute_sql", "hash_ok": True}]),
+        "steps": pd.DataFrame(steps or [{"ordered": True}]),
+        "texts": pd.DataFrame(texts or [{"value": ""}]),
+    }
+
+
+def score_run(settings: Settings, run_id: str, progress: Progress = lambda _: None) -> Scored:
+    """Stages 4 and 5 from the store alone: re-scoring never calls a model."""
+    config, testset_version, _, instances = store.load_run(settings, run_id)
+    tasks = release.load(settings.tasks_dir, testset_version).by_id()
+    trajectories = store.trajectories(settings, run_id)
+    repeats = {i.instance_id: i.repeat for i in instances}
+    executor = ReadOnlyExecutor(agent_url(settings), timeout_ms=config.sql_timeout_ms * 2)
+    gold = GoldCache(executor)
+    try:
+        scores = [score_instance(tasks[t.task_id], t, repeats[t.instance_id], gold, executor) for t in trajectories]
+    finally:
+        executor.close()
+    progress(f"scored {len(scores)} instances")
+    clusters, assignment = cluster_failures(scores, tasks, seed=config.seed)
+    validation = validate_frames(
+        load_suite(settings.expectations_dir / "run_outputs.json"),
+        _frames(scores, trajectories),
+        {"planned_instances": len(instances)},
+    )
+    validation.raise_on_failure(SyncError)
+    store.save_scores(settings, run_id, [s.model_dump() for s in scores])
+    d = store.run_dir(settings, run_id)
+    d.mkdir(parents=True, exist_ok=True)
+    with (d / "scores.jsonl").open("w", encoding="utf-8") as f:
+        for s in scores:
+            f.write(s.model_dump_json() + "\n")
+    with (d / "clusters.csv").open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["instance_id", "task_id", "type", "cluster", "cluster_name", "stop_reason", "error_text"])
+        names = {c.cluster: c.name for c in clusters}
+        for s in scores:
+            if s.instance_id in assignment:
+                c = assignment[s.instance_id]
+                w.writerow([s.instance_id, s.task_id, s.type, c, names[c], s.stop_reason, s.error_text[:300]])
+    return Scored(scores, breakdown(scores), clusters, validation)
+
+
+def report_run(settings: Settings, run_id: str, scored: Scored) -> Path:
+    config, *_ = store.load_run(settings, run_id)
+    return write_report(
+        store.run_dir(settings, run_id) / "report.html",
+        run_id,
+        config.model_dump(mode="json"),
+        scored.table,
+        scored.scores,
+        scored.clusters,
+        store.trajectories(settings, run_id),
+    )
+
+
+def track_run(settings: Settings, run_id: str, scored: Scored, max_traces: int | None = None) -> str:
+    from evalpkg.pipeline.tracking import log_run
+
+    config, testset_version, snap, instances = store.load_run(settings, run_id)
+    shards: dict[int, list[str]] = {}
+    for i in instances:
+        shards.setdefault(i.shard, []).append(i.instance_id)
+    d = store.run_dir(settings, run_id)
+    artifacts = [d / n for n in ("report.html", "clusters.csv", "scores.jsonl", "config.json", "plan.json")]
+    parent = log_run(
+        settings.tracking_uri,
+        run_id,
+        config,
+        testset_version,
+        snap,
+        scored.table,
+        scored.scores,
+        shards,
+        store.trajectories(settings, run_id),
+        artifacts,
+        max_traces,
+    )
+    store.set_mlflow_run(settings, run_id, parent)
+    return parent
+
+
+def run_all(
+    settings: Settings,
+    config: RunConfig,
+    *,
+    progress: Progress = lambda _: None,
+    shard_progress: Callable[[int, int], None] = lambda d, t: None,
+    track: bool = True,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    run_id = plan_run(settings, config, run_id)
+    progress(f"run {run_id}: planned")
+    reports: list[ShardReport] = []
+    for shard in range(config.shards):
+        reports.append(execute_shard(settings, run_id, shard, progress=shard_progress))
+    scored = score_run(settings, run_id, progress)
+    report = report_run(settings, run_id, scored)
+    mlflow_run = track_run(settings, run_id, scored) if track else None
+    return {
+        "run_id": run_id,
+        "report": report,
+        "mlflow_run_id": mlflow_run,
+        "shards": reports,
+        "overall": scored.table["overall"],
+        "clusters": scored.clusters,
+    }
