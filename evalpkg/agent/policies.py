@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalpkg.agent.loop import ModelTurn, prompt
-from evalpkg.testset.models import Task
+from evalpkg.testset.models import ArgConstraint, Language, Task
 
 TIME_SWAPS = {"cyrq": "ryrq", "ryrq": "cyrq", "report_time": "cysj", "cysj": "report_time", "kssj": "jssj"}
 
@@ -37,6 +37,7 @@ class ScriptedPolicy:
     name: str
     plan: list[list[tuple[str, dict[str, Any]]]]
     final: str = ""
+    suffix: str = ""  # appended to the answer built from the last result
     position: int = 0
 
     def next(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelTurn:
@@ -48,35 +49,56 @@ class ScriptedPolicy:
             return ModelTurn(text=self.final)
         last = _last_tool_result(messages)
         rows = last.get("rows", [])
-        return ModelTurn(text=f"结果 / result: {json.dumps(rows[:20], ensure_ascii=False)}")
+        return ModelTurn(text=f"结果 / result: {json.dumps(rows, ensure_ascii=False)} {self.suffix}".strip())
+
+
+def _satisfying(c: ArgConstraint, fallback: str) -> str:
+    """An argument value that meets the constraint (what a perfect agent would send)."""
+    if c.equals is not None:
+        return c.equals
+    parts = list(c.contains_all) + ([c.contains_any[0]] if c.contains_any else [])
+    return " ".join(parts) or fallback
 
 
 def gold_plan(task: Task, sql: str | None = None) -> list[list[tuple[str, dict[str, Any]]]]:
-    """Expected tool calls of the task, with the gold SQL as the query (harness self-test)."""
+    """Every expected tool call of the task, in order, with arguments that meet its constraints and
+    the gold SQL as the query (the harness self-test)."""
     plan: list[list[tuple[str, dict[str, Any]]]] = [[("query_schema", {"table_name": t}) for t in task.tables]]
-    if task.hidden_slots:
-        question = " / ".join(s.keywords[0] for s in task.hidden_slots if s.keywords)
-        plan.append([("ask_clarify", {"question": f"请确认：{question}?"})])
-    names = {c.name for turn in task.turns for c in turn.expected_tool_calls}
-    if "query_dictionary" in names:
-        term = next(
-            (
-                c.args["term"].contains_all[0]
-                for turn in task.turns
-                for c in turn.expected_tool_calls
-                if c.name == "query_dictionary" and "term" in c.args and c.args["term"].contains_all
-            ),
-            None,
-        )
-        plan.append([("query_dictionary", {"term": term or (task.tables[0] if task.tables else "NULL")})])
-    if task.gold_sql:
-        plan.append([("execute_sql", {"sql": sql or task.gold_sql[0]})])
+    for turn in task.turns:
+        for call in turn.expected_tool_calls:
+            if call.name == "query_schema":
+                continue  # loaded above
+            if call.name == "execute_sql":
+                if task.gold_sql:
+                    plan.append([("execute_sql", {"sql": sql or task.gold_sql[0]})])
+                continue
+            arg = {
+                "query_dictionary": "term",
+                "ask_clarify": "question",
+                "search_sql_examples": "question",
+                "validate_result": "claim",
+            }.get(call.name)
+            if arg is None:
+                continue
+            fallback = task.tables[0] if task.tables else "NULL"
+            if call.name == "ask_clarify":
+                fallback = " / ".join(s.keywords[0] for s in task.hidden_slots if s.keywords) or "?"
+            value = _satisfying(call.args[arg], fallback) if arg in call.args else fallback
+            if call.name == "ask_clarify":  # ask about every hidden slot, as a careful clinician's assistant would
+                value = " / ".join([value, *(s.keywords[0] for s in task.hidden_slots if s.keywords)]) + "?"
+            plan.append([(call.name, {arg: value})])
     return plan
 
 
-def gold_policy(task: Task) -> ScriptedPolicy:
-    final = "" if task.answerable else "数据库中没有这项数据，无法回答。 The database does not hold this data."
-    return ScriptedPolicy("gold", gold_plan(task), final=final)
+def gold_policy(task: Task, language: Language = Language.zh) -> ScriptedPolicy:
+    points = " ".join(p.text[language] for p in task.answer_points if p.text and language in p.text)
+    if not task.answerable:
+        return ScriptedPolicy(
+            "gold",
+            gold_plan(task),
+            final=points or "数据库中没有这项数据，无法回答。 The database does not hold this data.",
+        )
+    return ScriptedPolicy("gold", gold_plan(task), suffix=points)
 
 
 def perturb_sql(sql: str, kind: str) -> str:
@@ -97,13 +119,15 @@ def perturb_sql(sql: str, kind: str) -> str:
     return sql
 
 
-def perturbation_policy(task: Task, kind: str) -> ScriptedPolicy:
+def perturbation_policy(task: Task, kind: str, language: Language = Language.zh) -> ScriptedPolicy:
+    """The gold agent with one defect, so scorers can be checked against a known delta."""
+    policy = gold_policy(task, language)
+    policy.name = f"perturb:{kind}"
     if kind == "extra_calls":
-        plan = gold_plan(task)
-        plan.insert(0, [("query_schema", {})] * 3)
-        return ScriptedPolicy(f"perturb:{kind}", plan)
-    sql = perturb_sql(task.gold_sql[0], kind) if task.gold_sql else None
-    return ScriptedPolicy(f"perturb:{kind}", gold_plan(task, sql))
+        policy.plan.insert(0, [("query_schema", {})] * 3)
+    elif task.gold_sql:
+        policy.plan = gold_plan(task, perturb_sql(task.gold_sql[0], kind))
+    return policy
 
 
 @dataclass

@@ -37,11 +37,11 @@ class ShardReport:
     cache: dict[str, dict[str, int]]
 
 
-def make_policy(config: RunConfig, task: Task) -> Policy:
+def make_policy(config: RunConfig, task: Task, language: Language) -> Policy:
     if config.agent == "gold":
-        return gold_policy(task)
+        return gold_policy(task, language)
     if config.agent.startswith("perturb:"):
-        return perturbation_policy(task, config.agent.split(":", 1)[1])
+        return perturbation_policy(task, config.agent.split(":", 1)[1], language)
     if not config.endpoint:
         raise ConfigError("agent=openai needs --endpoint (an OpenAI-compatible base URL)")
     return OpenAIPolicy(
@@ -124,7 +124,7 @@ def execute_shard(
         )
         followups = tuple(t.user[lang] for t in task.turns[1:] if t.user and not task.hidden_slots)
         traj = run_dialogue(
-            make_policy(config, task),
+            make_policy(config, task, lang),
             toolkit,
             instance_id=inst.instance_id,
             task_id=task.id,

@@ -24,6 +24,7 @@ REFUSAL = re.compile(
     re.IGNORECASE,
 )
 NUMBER = re.compile(r"(?<![0-9A-Za-z.])[-+]?\d+(?:,\d{3})*(?:\.\d+)?%?")
+TEXT_POINT_THRESHOLD = 0.6
 UNIT_FACTORS = {("mg/dl", "mmol/l"): 1 / 18.0, ("mmol/l", "mg/dl"): 18.0}
 
 
@@ -94,7 +95,13 @@ def expected_call_scores(task: Task, traj: Trajectory) -> tuple[float, float, bo
     actual = traj.tool_calls()
     if not actual:
         return (1.0 if not expected else 0.0), (0.0 if any(e.required for e in expected) else 1.0), True
-    matched_actual = sum(any(a.name == e.name and _satisfies(a.arguments, e.args) for e in expected) for a in actual)
+    seen: set[str] = set()  # an identical repeat of a call is never "expected" a second time
+    matched_actual = 0
+    for a in actual:
+        signature = a.name + json.dumps(a.arguments, sort_keys=True, default=str)
+        if signature not in seen and any(a.name == e.name and _satisfies(a.arguments, e.args) for e in expected):
+            matched_actual += 1
+        seen.add(signature)
     required = [e for e in expected if e.required]
     first_hit: dict[int, int] = {}
     for idx, e in enumerate(required):
@@ -121,13 +128,16 @@ def _numbers(text: str) -> list[float]:
     return out
 
 
-def _similar(a: str, b: str) -> float:
-    from sklearn.feature_extraction.text import TfidfVectorizer
+def _bigrams(text: str) -> set[str]:
+    t = re.sub(r"\s+", " ", text.lower())
+    return {t[i : i + 2] for i in range(len(t) - 1)}
 
-    if not a.strip() or not b.strip():
-        return 0.0
-    m = TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 3)).fit_transform([a, b])
-    return float((m[0] @ m[1].T).toarray()[0, 0])
+
+def covers(answer: str, point: str) -> float:
+    """Share of the point's character bigrams present in the answer: an offline, tokenizer-free
+    measure that works for Chinese and English and does not punish longer answers."""
+    target = _bigrams(point)
+    return len(target & _bigrams(answer)) / len(target) if target else 0.0
 
 
 def answer_coverage(task: Task, answer: str, gold_rows: list[list[Any]] | None, language: str) -> float | None:
@@ -153,7 +163,7 @@ def answer_coverage(task: Task, answer: str, gold_rows: list[list[Any]] | None, 
             hits += any(abs(n - c) <= max(p.tolerance * abs(c), 0.005) for n in numbers for c in candidates)
         elif p.text:
             target = p.text.get(Language(language)) or next(iter(p.text.values()))
-            hits += _similar(answer, target) >= 0.35
+            hits += covers(answer, target) >= TEXT_POINT_THRESHOLD
     return hits / len(task.answer_points)
 
 

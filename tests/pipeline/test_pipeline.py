@@ -1,0 +1,190 @@
+"""The pipeline end to end on the real eval DB: the gold agent scores 100% with full process scores,
+perturbation agents lose exactly where they should, killed shards resume exactly once, MLflow holds
+the runs and traces, and the report is written."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+
+from evalpkg.agent.policies import perturb_sql
+from evalpkg.pipeline import store
+from evalpkg.pipeline.config import RunConfig
+from evalpkg.pipeline.execute import execute_shard
+from evalpkg.pipeline.run import Scored, plan_run, report_run, score_run
+from evalpkg.settings import Settings
+from evalpkg.sync.runner import SyncReport
+from evalpkg.testset import release
+from evalpkg.testset.gold import agent_connection, run_gold
+
+
+def run_agent(settings: Settings, agent: str, **kw: Any) -> tuple[str, Scored]:
+    config = RunConfig(name=agent.replace(":", "-"), agent=agent, concurrency=4, **kw)
+    run_id = plan_run(settings, config)
+    for shard in range(config.shards):
+        execute_shard(settings, run_id, shard)
+    return run_id, score_run(settings, run_id)
+
+
+@pytest.fixture(scope="module")
+def gold_run(synced: SyncReport, generated: Settings) -> tuple[str, Scored]:
+    return run_agent(generated, "gold", shards=2)
+
+
+def test_gold_agent_scores_100_percent_with_full_process_scores(
+    gold_run: tuple[str, Scored], generated: Settings
+) -> None:
+    _, scored = gold_run
+    tasks = release.load(generated.tasks_dir).tasks
+    assert len(scored.scores) == 2 * len(tasks)  # zh + en, plain
+    o = scored.table["overall"]
+    assert o["accuracy"] == 1.0 and o["exec_match"] == 1.0 and o["executable_sql_rate"] == 1.0
+    assert o["expected_call_precision"] == 1.0 and o["expected_call_recall"] == 1.0
+    assert o["clarification_accuracy"] == 1.0 and o["answer_point_coverage"] == 1.0
+    assert o["redundant_call_rate"] == 0.0
+    assert scored.clusters == []
+    assert all(scored.table[f"type.{t}"]["accuracy"] == 1.0 for t in {s.type for s in scored.scores})
+
+
+def _reference_equal(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]], rel_tol: float) -> bool:
+    """A careful, independent reference: same column order (perturbations keep it), rows sorted,
+    cells compared one by one with the task's relative tolerance; NULL equals only NULL."""
+
+    def key(row: tuple[Any, ...]) -> tuple[str, ...]:
+        return tuple("" if v is None else f"{v}" for v in row)
+
+    if len(a) != len(b):
+        return False
+    for x, y in zip(sorted(a, key=key), sorted(b, key=key), strict=True):
+        for u, v in zip(x, y, strict=True):
+            if u is None or v is None or isinstance(u, str) or isinstance(v, str):
+                if str(u) != str(v):
+                    return False
+            elif not math.isclose(float(u), float(v), rel_tol=rel_tol, abs_tol=1e-9):
+                return False
+    return True
+
+
+@pytest.mark.parametrize("kind", ["wrong_time_field", "dropped_null_handling", "wrong_column"])
+def test_perturbation_agents_fail_exactly_where_they_should(synced: SyncReport, generated: Settings, kind: str) -> None:
+    tasks = release.load(generated.tasks_dir).by_id()
+    expected_wrong = set()
+    with agent_connection(generated) as conn:
+        for task in tasks.values():
+            if not task.gold_sql:
+                continue
+            changed = perturb_sql(task.gold_sql[0], kind)
+            gold, perturbed = run_gold(conn, task.gold_sql[0]), run_gold(conn, changed)
+            if changed != task.gold_sql[0] and not _reference_equal(perturbed, gold, task.result.numeric_tolerance):
+                expected_wrong.add(task.id)
+    assert expected_wrong, f"{kind} changes no result: the perturbation is not testing anything"
+    _, scored = run_agent(generated, f"perturb:{kind}", languages=["zh"])
+    wrong = {s.task_id for s in scored.scores if not s.correct}
+    assert wrong == expected_wrong
+    unchanged = {t.id for t in tasks.values() if not t.gold_sql or perturb_sql(t.gold_sql[0], kind) == t.gold_sql[0]}
+    assert all(s.expected_recall == 1.0 for s in scored.scores if s.task_id in unchanged)
+
+
+def test_extra_calls_agent_keeps_accuracy_but_loses_process_scores(synced: SyncReport, generated: Settings) -> None:
+    _, scored = run_agent(generated, "perturb:extra_calls", languages=["en"], limit=40)
+    o = scored.table["overall"]
+    assert o["accuracy"] == 1.0
+    assert o["redundant_call_rate"] > 0 and o["expected_call_precision"] < 1.0
+    assert all(s.redundant_calls >= 2 for s in scored.scores)
+
+
+def test_killed_shard_resumes_and_every_instance_is_scored_once(synced: SyncReport, generated: Settings) -> None:
+    config = RunConfig(name="kill", agent="gold", concurrency=2, shards=1)
+    run_id = plan_run(generated, config)
+    planned = len(store.load_run(generated, run_id)[3])
+    env = {
+        **os.environ,
+        "EVALPKG_STATE_DIR": str(generated.state_dir),
+        "EVALPKG_PG_PORT": str(generated.pg_port),
+        "EVALPKG_TASKS_DIR": str(generated.tasks_dir),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evalpkg", "run-shard", run_id, "--shard", "0"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while len(store.recorded_ids(generated, run_id)) < 30 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = len(store.recorded_ids(generated, run_id))
+    assert 30 <= partial < planned
+    report = execute_shard(generated, run_id, 0)
+    assert report.skipped == partial and report.recorded == planned - partial
+    with store.results_db(generated) as conn:
+        counts = Counter(
+            r[0] for r in conn.execute("select instance_id from results.trajectory where run_id = %s", (run_id,))
+        )
+    assert len(counts) == planned and set(counts.values()) == {1}
+    scored = score_run(generated, run_id)
+    assert len(scored.scores) == planned and scored.validation.success
+
+
+def test_rescoring_calls_no_model_and_is_stable(gold_run: tuple[str, Scored], generated: Settings) -> None:
+    run_id, first = gold_run
+    again = score_run(generated, run_id)
+    assert [s.model_dump() for s in again.scores] == [s.model_dump() for s in first.scores]
+
+
+class _Counter(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: Counter[str] = Counter()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags[tag] += 1
+
+
+def test_report_is_self_contained_with_plots_and_drill_down(gold_run: tuple[str, Scored], generated: Settings) -> None:
+    run_id, scored = gold_run
+    path = report_run(generated, run_id, scored)
+    text = path.read_text(encoding="utf-8")
+    parser = _Counter()
+    parser.feed(text)
+    assert parser.tags["img"] >= 3 and "data:image/png;base64," in text
+    assert parser.tags["details"] >= len(scored.scores)
+    assert "http://" not in text.replace("http://host", "")  # nothing fetched from elsewhere
+
+
+def test_mlflow_holds_parent_and_shard_runs_metrics_and_traces(
+    gold_run: tuple[str, Scored], generated: Settings
+) -> None:
+    import mlflow
+
+    from evalpkg.pipeline.run import track_run
+    from evalpkg.services import mlflow_server
+
+    run_id, scored = gold_run
+    mlflow_server.start(generated)
+    try:
+        parent_id = track_run(generated, run_id, scored, max_traces=50)
+        mlflow.set_tracking_uri(generated.tracking_uri)
+        client = mlflow.MlflowClient()
+        parent = client.get_run(parent_id)
+        assert parent.data.metrics["accuracy"] == 1.0
+        assert "type.negation.accuracy" in parent.data.metrics and "cell.anomaly.hard.accuracy" in parent.data.metrics
+        assert parent.data.params["testset_version"] == "v1" and parent.data.params["agent"] == "gold"
+        children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")
+        assert sorted(c.data.params["shard"] for c in children) == ["0", "1"]
+        traces = mlflow.search_traces(run_id=parent_id, locations=[parent.info.experiment_id], return_type="list")
+        assert len(traces) == 50
+        kinds = Counter(s.span_type for s in traces[0].data.spans)
+        assert kinds["AGENT"] == 1 and kinds["TOOL"] >= 1 and kinds["CHAT_MODEL"] >= 1
+    finally:
+        mlflow_server.stop(generated)
