@@ -55,6 +55,7 @@ class ReadOnlyExecutor:
         if self._conn is None or self._conn.closed:
             try:
                 self._conn = psycopg.connect(self.url, autocommit=False, connect_timeout=5)
+                self._conn.read_only = True
             except psycopg.OperationalError as exc:
                 raise QueryFailed(f"eval DB unreachable: {first_line(exc)}") from exc
         return self._conn
@@ -63,15 +64,19 @@ class ReadOnlyExecutor:
         if self._conn is not None:
             self._conn.close()
 
-    def run(self, sql: str) -> QueryResult:
-        check(sql)  # raises SqlRefused
+    def run(self, sql: str, *, checked: bool = False) -> QueryResult:
+        if not checked:
+            check(sql)  # raises SqlRefused
         conn = self._connection()
         t0 = time.perf_counter()
         try:
-            with conn.transaction():
-                conn.execute("set transaction read only")
-                conn.execute(f"set local statement_timeout = {int(self.timeout_ms)}")
-                conn.execute("set local idle_in_transaction_session_timeout = 60000")
+            with conn.transaction():  # BEGIN READ ONLY: the connection is read-only
+                # one round trip for both limits; SET LOCAL ends with the transaction
+                conn.execute(
+                    "select set_config('statement_timeout', %s, true), "
+                    "set_config('idle_in_transaction_session_timeout', '60000', true)",
+                    (str(int(self.timeout_ms)),),
+                )
                 cur = conn.execute(sql)  # parse-checked above
                 if cur.description is None:
                     raise QueryFailed("the statement returned no result set")

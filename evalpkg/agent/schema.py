@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 
 import numpy as np
@@ -133,6 +134,7 @@ class SchemaIndex:
         for table, values in catalog.entity_names.items():
             self.keywords.setdefault(table, []).extend(v.lower() for v in values if len(v) >= 2)
 
+    @lru_cache(maxsize=4096)  # noqa: B019 - one index per run; questions repeat across tool calls
     def column_scores(self, question: str) -> np.ndarray:
         vector = (self.matrix @ self.vectorizer.transform([question]).T).toarray().ravel()
         q = _tokens(question)

@@ -153,8 +153,9 @@ def check(sql: str) -> exp.Query:
         if isinstance(node, exp.Lock):
             raise SqlRefused("row locks (FOR UPDATE/SHARE) are not allowed")
         if isinstance(node, exp.Func):
-            # sqlglot renames some built-ins (version() -> CURRENT_VERSION): check how it prints too
-            name = node.sql(dialect="postgres").split("(", 1)[0].strip().lower()
+            name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+            if isinstance(node, exp.CurrentVersion):  # the one denied built-in sqlglot renames
+                name = "version"
             if name in DENIED_FUNCTIONS or name.startswith(("lo_", "dblink", "pg_read", "pg_ls_", "pg_file")):
                 raise SqlRefused(f"function {name}() is not allowed")
     if tree.args.get("locks"):

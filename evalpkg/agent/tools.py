@@ -9,6 +9,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, ValidationError, create_model
@@ -17,7 +18,7 @@ from evalpkg.agent.cache import ToolCache
 from evalpkg.agent.claims import check_claim
 from evalpkg.agent.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.agent.schema import Catalog, SchemaIndex
-from evalpkg.agent.sqlguard import SqlRefused
+from evalpkg.agent.sqlguard import SqlRefused, check
 from evalpkg.agent.user_sim import ScriptedUser
 from evalpkg.testset import fingerprint
 
@@ -149,10 +150,8 @@ class Toolkit:
             require_timefield_confirmation: if true, a time-filtered query first returns the time
                 columns of its tables and their meaning; call again to run it.
         """
-        try:
-            used = [t for t in (self.shared.catalog.resolve(x) for x in fingerprint.tables(sql)) if t]
-        except Exception:
-            used = []
+        tree = check(sql)  # parsed once: guard, tables, and cache key all come from this tree
+        used = [t for t in (self.shared.catalog.resolve(x) for x in fingerprint.tables_in(tree)) if t]
         out: dict[str, Any] = {}
         if require_timefield_confirmation and self.options.time_confirmation:
             pending = [
@@ -229,13 +228,14 @@ class Toolkit:
     # ---- dispatch ----------------------------------------------------------------------------
 
     def _run(self, sql: str) -> QueryResult:
-        key = fingerprint.exact(sql) if self.options.cache else None
+        # whitespace-normalized text: cheap, and literals keep their case
+        key = " ".join(sql.split()).rstrip(";") if self.options.cache else None
         if key is not None:
             hit = self.shared.cache.get("execute_sql", key)
             if hit is not None:
                 self._cached = True
                 return hit  # type: ignore[no-any-return]
-        result = self.executor.run(sql)
+        result = self.executor.run(sql, checked=True)
         if key is not None:
             self.shared.cache.put("execute_sql", key, result)
         return result
@@ -345,6 +345,7 @@ def _arg_model(name: str) -> type[BaseModel]:
 _ARG_MODELS: dict[str, type[BaseModel]] = {n: _arg_model(n) for n in TOOL_NAMES}
 
 
+@lru_cache(maxsize=8)
 def openai_tools(names: tuple[str, ...] = TOOL_NAMES) -> list[dict[str, Any]]:
     """Chat-completions `tools` for the model, derived from the typed signatures and docstrings."""
     out = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import cast
 
 import sqlglot
 from sqlglot import exp
@@ -15,8 +14,8 @@ CODE_COLUMNS = {"visit_type", "ksdm", "xmdm", "ypdm", "icd10_code", "zdlx", "cyf
 AGG_EN = {"count": "number of", "avg": "average", "sum": "total", "max": "maximum", "min": "minimum"}
 
 
-def _tree(sql: str) -> exp.Expression:
-    return cast(exp.Expression, sqlglot.parse_one(sql, dialect="postgres"))
+def _tree(sql: str) -> exp.Expr:
+    return sqlglot.parse_one(sql, dialect="postgres")
 
 
 def columns(sql: str) -> set[str]:
@@ -68,7 +67,7 @@ def describe_en(sql: str) -> tuple[str, str]:
     for e in select.expressions:
         agg = e.find(exp.AggFunc)
         if agg is not None:
-            inner = agg.this.sql() if isinstance(agg.this, exp.Expression) else "*"
+            inner = agg.this.sql() if isinstance(agg.this, exp.Expr) else "*"
             distinct = " distinct" if agg.find(exp.Distinct) else ""
             measures.append(f"{AGG_EN.get(agg.key, agg.key)}{distinct} {inner.replace('DISTINCT ', '')}".strip())
         else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from typing import cast
 
 import sqlglot
 from sqlglot import exp
@@ -18,10 +17,10 @@ def _parse(sql: str) -> exp.Expr:
         raise ConfigError(f"SQL does not parse: {str(exc).splitlines()[0]}") from exc
     if len(statements) != 1:
         raise ConfigError(f"expected one SQL statement, found {len(statements)}")
-    return cast(exp.Expression, statements[0])
+    return statements[0]
 
 
-def _strip_schema(node: exp.Expression) -> exp.Expression:
+def _strip_schema(node: exp.Expr) -> exp.Expr:
     """emr.t_zy_visit and t_zy_visit are the same table to an agent whose search_path is emr, meta."""
     if isinstance(node, exp.Table):
         node.set("db", None)
@@ -58,6 +57,9 @@ def is_single_select(sql: str) -> bool:
 
 
 def tables(sql: str) -> list[str]:
-    tree = _parse(sql)
+    return tables_in(_parse(sql))
+
+
+def tables_in(tree: exp.Expr) -> list[str]:
     ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
     return sorted({t.name for t in tree.find_all(exp.Table) if t.name not in ctes})

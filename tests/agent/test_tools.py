@@ -104,7 +104,8 @@ def test_dictionary_examples_and_cache(generated: Settings, shared: Shared) -> N
     assert "Y0006" in ex[0]["sql"]
     sql = "select count(*) from emr.t_med_order"
     tk.call("execute_sql", {"sql": sql})
-    assert tk.call("execute_sql", {"sql": sql.upper()}).cached  # keyed by normalized SQL
+    assert tk.call("execute_sql", {"sql": "select  count(*)\n  from emr.t_med_order;"}).cached  # normalized SQL
+    assert not tk.call("execute_sql", {"sql": "select count(*) from emr.t_med_order where zfbz = 1"}).cached
 
 
 def test_validate_result_flags_unsupported_numbers(generated: Settings, shared: Shared) -> None:
