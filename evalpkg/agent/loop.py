@@ -53,6 +53,20 @@ def prompt(name: str = PROMPT_VERSION) -> str:
     return resources.files("evalpkg.agent").joinpath(f"prompts/{name}.md").read_text(encoding="utf-8")
 
 
+def system_prompt(name: str = PROMPT_VERSION, disabled_rules: tuple[int, ...] = ()) -> str:
+    """The prompt file without the numbered rules an ablation switches off."""
+    lines, skipping = [], False
+    for line in prompt(name).splitlines():
+        head = line.split(".", 1)[0]
+        if head.isdigit():
+            skipping = int(head) in disabled_rules
+        elif not line.startswith(" "):
+            skipping = False
+        if not skipping:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 def trim_context(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Between dialogue turns keep the questions and answers, hide old tool output (seed 000 §4.2)."""
     return [{**m, "content": TRIMMED} if m.get("role") == "tool" else m for m in messages]
@@ -79,7 +93,7 @@ def run_dialogue(
     system_prompt: str | None = None,
 ) -> Trajectory:
     limits = limits or Limits()
-    tools = openai_tools()
+    tools = openai_tools(toolkit.tool_names, type(toolkit))
     traj = Trajectory(
         instance_id=instance_id,
         task_id=task_id,
@@ -200,8 +214,9 @@ def run_dialogue(
                     elapsed_ms=result.elapsed_ms,
                 )
             )
-            if result.ok and name == "execute_sql" and "rows" in result.content and isinstance(args, dict):
-                traj.final_sql = str(args.get("sql"))
+            if result.ok and "rows" in result.content:  # execute_sql, or the SQL a submitted plan compiled to
+                sql = result.content.get("compiled_sql") or (args.get("sql") if isinstance(args, dict) else None)
+                traj.final_sql = str(sql) if sql else traj.final_sql
             if turn.native:
                 messages.append({"role": "tool", "tool_call_id": cid, "content": text})
             else:

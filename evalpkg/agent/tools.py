@@ -9,7 +9,6 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, ValidationError, create_model
@@ -19,6 +18,7 @@ from evalpkg.agent.claims import check_claim
 from evalpkg.agent.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.agent.schema import Catalog, SchemaIndex
 from evalpkg.agent.sqlguard import SqlRefused, check
+from evalpkg.agent.state import QueryState, asked, merge
 from evalpkg.agent.user_sim import ScriptedUser
 from evalpkg.testset import fingerprint
 
@@ -32,6 +32,7 @@ TOOL_NAMES = (
     "validate_result",
     "ask_clarify",
 )
+STATE_TOOL = "update_state"  # added by toolset emr-v1+state
 
 
 class ToolResult(BaseModel):
@@ -85,6 +86,9 @@ class Toolkit:
     confirmed_time_tables: set[str] = field(default_factory=set)
     results: dict[str, QueryResult] = field(default_factory=dict)
     last_result: dict[str, Any] | None = None
+    tool_names: tuple[str, ...] = TOOL_NAMES
+    state: QueryState = field(default_factory=QueryState)
+    turn: int = 0
     _cached: bool = False
 
     # ---- tools -------------------------------------------------------------------------------
@@ -223,7 +227,54 @@ class Toolkit:
         """
         if self.user is None:
             raise ToolError("no clinician is available in this run; make a reasonable assumption and say it")
+        self.state = asked(self.state, question)
+        self.turn += 1
         return {"answer": self.user.answer(question)}
+
+    def update_state(
+        self,
+        intent: str | None = None,
+        metric: str | None = None,
+        population: str | None = None,
+        time_range: str | None = None,
+        time_column: str | None = None,
+        department: str | None = None,
+        unit: str | None = None,
+        threshold: str | None = None,
+        confidence: float = 0.8,
+    ) -> dict[str, Any]:
+        """Record what you understood of the request so far; the merged state says what is still
+        missing and whether to ask the clinician or to query.
+
+        Args:
+            intent: e.g. count patients, average, trend, compare.
+            metric: what is measured, e.g. HbA1c > 7%, discharges, length of stay.
+            population: who, e.g. type 2 diabetics, inpatients aged 65+.
+            time_range: e.g. 2023 Q4, last 3 months.
+            time_column: which time, e.g. discharge time cyrq, sample time cysj.
+            department: a department name or code.
+            unit: e.g. mmol/L.
+            threshold: e.g. > 7.0.
+            confidence: how sure you are of these values, 0 to 1.
+        """
+        if not 0 <= confidence <= 1:
+            raise ToolError("confidence must be between 0 and 1")
+        proposal = {
+            "intent": intent,
+            "metric": metric,
+            "population": population,
+            "time_range": time_range,
+            "time_column": time_column,
+            "department": department,
+            "unit": unit,
+            "threshold": threshold,
+        }
+        self.state = merge(self.state, proposal, self.turn, confidence)
+        return {
+            "state": {k: v.current for k, v in self.state.slots.items() if v.current},
+            "missing_slots": self.state.missing_slots,
+            "next_action": self.state.next_action(),
+        }
 
     # ---- dispatch ----------------------------------------------------------------------------
 
@@ -244,12 +295,12 @@ class Toolkit:
         t0 = time.perf_counter()
         self._cached = False
         try:
-            if name not in TOOL_NAMES:
-                raise ToolError(f"unknown tool {name!r}; available: {', '.join(TOOL_NAMES)}")
+            if name not in self.tool_names:
+                raise ToolError(f"unknown tool {name!r}; available: {', '.join(self.tool_names)}")
             args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments or {})
             if not isinstance(args, dict):
                 raise ToolError("arguments must be a JSON object")
-            params = _ARG_MODELS[name].model_validate(args).model_dump(exclude_unset=True)
+            params = arg_model(type(self), name).model_validate(args).model_dump(exclude_unset=True)
             cacheable = self.options.cache and name in ("query_dictionary", "search_sql_examples")
             content = self.shared.cache.get(name, params) if cacheable else None
             if content is not None:
@@ -331,8 +382,18 @@ def _docs(method: Any) -> tuple[str, dict[str, str]]:
     return " ".join(head.split()), params
 
 
-def _arg_model(name: str) -> type[BaseModel]:
-    method = getattr(Toolkit, name)
+_ARG_MODELS: dict[tuple[type, str], type[BaseModel]] = {}
+
+
+def arg_model(cls: type, name: str) -> type[BaseModel]:
+    """A pydantic model of a tool's arguments, from the method's typed signature (built once)."""
+    if (cls, name) not in _ARG_MODELS:
+        _ARG_MODELS[(cls, name)] = _build_arg_model(cls, name)
+    return _ARG_MODELS[(cls, name)]
+
+
+def _build_arg_model(cls: type, name: str) -> type[BaseModel]:
+    method = getattr(cls, name)
     sig = inspect.signature(method)
     hints = inspect.get_annotations(method, eval_str=True)
     fields: dict[str, Any] = {}
@@ -342,16 +403,22 @@ def _arg_model(name: str) -> type[BaseModel]:
     return create_model(f"{name}_args", __config__={"extra": "forbid"}, **fields)
 
 
-_ARG_MODELS: dict[str, type[BaseModel]] = {n: _arg_model(n) for n in TOOL_NAMES}
-
-
-@lru_cache(maxsize=8)
-def openai_tools(names: tuple[str, ...] = TOOL_NAMES) -> list[dict[str, Any]]:
+def openai_tools(names: tuple[str, ...] = TOOL_NAMES, cls: type | None = None) -> list[dict[str, Any]]:
     """Chat-completions `tools` for the model, derived from the typed signatures and docstrings."""
+    key = (names, cls or Toolkit)
+    if key not in _TOOL_SCHEMAS:
+        _TOOL_SCHEMAS[key] = _tool_schemas(*key)
+    return _TOOL_SCHEMAS[key]
+
+
+_TOOL_SCHEMAS: dict[tuple[tuple[str, ...], type], list[dict[str, Any]]] = {}
+
+
+def _tool_schemas(names: tuple[str, ...], cls: type) -> list[dict[str, Any]]:
     out = []
     for name in names:
-        description, arg_docs = _docs(getattr(Toolkit, name))
-        schema = _ARG_MODELS[name].model_json_schema()
+        description, arg_docs = _docs(getattr(cls, name))
+        schema = arg_model(cls, name).model_json_schema()
         schema.pop("title", None)
         for pname, prop in schema.get("properties", {}).items():
             prop.pop("title", None)

@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalpkg.testset.models import Complexity, Language
 
@@ -25,9 +25,11 @@ class RunConfig(BaseModel):
     api_key: str = Field(default="EMPTY", exclude=True)  # never logged
     native_tools: bool = True
     quantization: str = "none"
-    strategy: Literal["react"] = "react"
-    toolset: str = "emr-v1"
+    strategy: Literal["react", "plan"] = "react"  # plan: catalog functions + compiled plan objects
+    toolset: Literal["emr-v1", "emr-v1+state"] = "emr-v1"  # +state: the update_state dialogue-state tool
     prompt_version: str = "react_v1"
+    disabled_prompt_rules: list[int] = []  # ablations: drop numbered rules from the system prompt
+    user_simulator: Literal["scripted", "llm"] = "scripted"
     testset_version: str | None = None  # default: latest release
     languages: list[Language] = [Language.zh, Language.en]
     complexities: list[Complexity] = [Complexity.plain]
@@ -53,6 +55,16 @@ class RunConfig(BaseModel):
         if value in ("gold", "openai") or (value.startswith("perturb:") and value[8:] in PERTURBATIONS):
             return value
         raise ValueError(f"agent must be gold, openai or perturb:<{'|'.join(PERTURBATIONS)}>, got {value!r}")
+
+    @model_validator(mode="after")
+    def _strategy(self) -> RunConfig:
+        if self.strategy == "plan" and self.agent != "openai":
+            raise ValueError("strategy plan needs agent openai: the scripted agents replay SQL")
+        if self.strategy == "plan" and self.prompt_version == "react_v1":
+            self.prompt_version = "plan_v1"
+        if self.user_simulator == "llm" and self.agent != "openai":
+            raise ValueError("user_simulator llm needs agent openai (it uses the same endpoint)")
+        return self
 
     def fingerprint(self) -> str:
         """What makes results comparable, without the name, sharding or concurrency."""

@@ -9,14 +9,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
 from evalpkg.agent.executor import ReadOnlyExecutor
-from evalpkg.agent.loop import Limits, Policy, run_dialogue
+from evalpkg.agent.loop import Limits, Policy, run_dialogue, system_prompt
+from evalpkg.agent.plan_tools import PLAN_TOOL_NAMES, PlanToolkit
 from evalpkg.agent.policies import OpenAIPolicy, gold_policy, perturbation_policy
 from evalpkg.agent.session import agent_url, load_shared
-from evalpkg.agent.tools import Shared, Toolkit, ToolOptions
+from evalpkg.agent.tools import STATE_TOOL, TOOL_NAMES, Shared, Toolkit, ToolOptions
 from evalpkg.agent.user_sim import ScriptedUser
 from evalpkg.errors import ConfigError, DataError
 from evalpkg.pipeline import store
@@ -52,6 +54,33 @@ def make_policy(config: RunConfig, task: Task, language: Language) -> Policy:
         seed=config.seed,
         native_tools=config.native_tools,
         timeout_s=config.instance_timeout_s,
+    )
+
+
+def make_toolkit(
+    config: RunConfig, shared: Shared, executor: ReadOnlyExecutor, task: Task, lang: Language, question: str
+) -> Toolkit:
+    """The strategy's toolkit and toolset, with the configured simulated clinician."""
+    user: Any = ScriptedUser(task.hidden_slots, lang)
+    if config.user_simulator == "llm":
+        from openai import OpenAI
+
+        from evalpkg.agent.llm_user import LLMUser
+
+        client = OpenAI(base_url=config.endpoint, api_key=config.api_key, timeout=config.instance_timeout_s)
+        user = LLMUser(task.hidden_slots, lang, config.model, client, config.temperature)
+    if config.strategy == "plan":
+        return PlanToolkit(
+            shared=shared,
+            executor=executor,
+            question=question,
+            user=user,
+            options=options(config),
+            tool_names=PLAN_TOOL_NAMES,
+        )
+    names = (*TOOL_NAMES, STATE_TOOL) if config.toolset == "emr-v1+state" else TOOL_NAMES
+    return Toolkit(
+        shared=shared, executor=executor, question=question, user=user, options=options(config), tool_names=names
     )
 
 
@@ -115,13 +144,7 @@ def execute_shard(
         task = tasks[inst.task_id]
         lang, level = Language(inst.language), Complexity(inst.complexity)
         question = task.question(lang, level)
-        toolkit = Toolkit(
-            shared=shared,
-            executor=worker.executor,
-            question=question,
-            user=ScriptedUser(task.hidden_slots, lang),
-            options=options(config),
-        )
+        toolkit = make_toolkit(config, shared, worker.executor, task, lang, question)
         followups = tuple(t.user[lang] for t in task.turns[1:] if t.user and not task.hidden_slots)
         traj = run_dialogue(
             make_policy(config, task, lang),
@@ -133,6 +156,7 @@ def execute_shard(
             question=question,
             followups=followups,
             limits=limits(config),
+            system_prompt=system_prompt(config.prompt_version, tuple(config.disabled_prompt_rules)),
         )
         return store.record(worker.results, run_id, shard, traj)
 

@@ -65,6 +65,12 @@ def run_sync(
     report.nodes = run_dbt(settings, "build", *(["--full-refresh"] if full_refresh else []))
     report.seconds["dbt"] = time.perf_counter() - t1
     with connect(settings.db_url(EVAL_DB)) as conn:
+        # Fresh planner statistics for agents' queries and the catalog tools (pg_stats).
+        for schema, table in conn.execute(
+            "select table_schema, table_name from information_schema.tables "
+            "where table_schema in ('emr', 'meta', 'ops') and table_type = 'BASE TABLE'"
+        ).fetchall():
+            conn.execute(f'analyze "{schema}"."{table}"')
         for table in EVAL_TABLES:
             row = conn.execute(f"select count(*) from emr.{table}").fetchone()
             report.rows[table] = int(row[0]) if row else 0

@@ -1,0 +1,48 @@
+"""An LLM-played clinician for ask_clarify, on the same OpenAI-compatible endpoint; it knows only
+the task's hidden slots. Which slots a question asked about is still decided by their keywords,
+so clarification scoring stays deterministic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalpkg.agent.user_sim import Clarification
+from evalpkg.testset.models import HiddenSlot, Language
+
+SYSTEM = {
+    Language.zh: "你是一位临床医生，正在向数据助手提需求。只根据下面的事实回答助手的澄清问题，一两句话；"
+    "问题和这些事实无关时，就说与你的需求无关。事实：\n{facts}",
+    Language.en: "You are a clinician asking a data assistant for numbers. Answer its clarifying question from "
+    "these facts only, in one or two sentences; if the question is unrelated, say so. Facts:\n{facts}",
+}
+
+
+@dataclass
+class LLMUser:
+    hidden_slots: list[HiddenSlot]
+    language: Language
+    model: str
+    client: Any  # openai.OpenAI
+    temperature: float = 0.0
+    asked: list[Clarification] = field(default_factory=list)
+
+    def answer(self, question: str) -> str:
+        facts = "\n".join(f"- {s.slot}: {s.answer[self.language]}" for s in self.hidden_slots) or "- (none)"
+        response = self.client.chat.completions.create(
+            model=self.model,
+            temperature=self.temperature,
+            messages=[
+                {"role": "system", "content": SYSTEM[self.language].format(facts=facts)},
+                {"role": "user", "content": question},
+            ],
+        )
+        text = (response.choices[0].message.content or "").strip()
+        q = question.lower()
+        slots: list[str] = [s.slot for s in self.hidden_slots if any(k.lower() in q for k in s.keywords)]
+        self.asked.append(Clarification(question, slots, text))
+        return text
+
+    @property
+    def revealed(self) -> set[str]:
+        return {slot for c in self.asked for slot in c.slots}
