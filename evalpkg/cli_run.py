@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Annotated, Any
 
@@ -34,6 +35,8 @@ def register(app: typer.Typer) -> None:
         text_protocol: Annotated[bool, typer.Option(help="model has no native tool calling")] = False,
         config_json: Annotated[str | None, typer.Option("--config", help="RunConfig JSON; options override")] = None,
         no_track: Annotated[bool, typer.Option("--no-track", help="skip MLflow")] = False,
+        worker: Annotated[str | None, typer.Option(help="start a model server for this run: cpu (llama.cpp)")] = None,
+        max_steps: Annotated[int, typer.Option(help="per-dialogue step limit")] = 12,
     ) -> None:
         """Run all five stages (normalize, execute, record, score, cluster); validate, track, report."""
         from tqdm import tqdm
@@ -56,6 +59,7 @@ def register(app: typer.Typer) -> None:
             "temperature": temperature,
             "quantization": quantization,
             "native_tools": not text_protocol,
+            "max_steps": max_steps,
         }
         if language:
             overrides["languages"] = language
@@ -69,7 +73,24 @@ def register(app: typer.Typer) -> None:
             bar.n = done
             bar.refresh()
 
-        result = run_all(get_settings(), config, progress=_log, shard_progress=tick, track=not no_track)
+        settings = get_settings()
+        with contextlib.ExitStack() as stack:
+            if worker is not None:
+                if worker != "cpu":
+                    raise typer.BadParameter(f"{worker!r}: only 'cpu' can be started here", param_hint="--worker")
+                from evalpkg.serving.worker import llamacpp_spec, running
+
+                spec = stack.enter_context(running(llamacpp_spec(), settings.state_dir / "workers" / "cpu.log"))
+                _log(f"CPU model server up at {spec.base_url} ({spec.served_model})")
+                config = config.model_copy(
+                    update={
+                        "agent": "openai",
+                        "endpoint": spec.base_url,
+                        "model": spec.served_model,
+                        "quantization": "gguf-q4_1",
+                    }
+                )
+            result = run_all(settings, config, progress=_log, shard_progress=tick, track=not no_track)
         bar.close()
         o = result["overall"]
         _log(
