@@ -171,7 +171,7 @@ def run_dialogue(
             messages.append(
                 {
                     "role": "assistant",
-                    "content": turn.text or None,
+                    "content": turn.text or "",  # some servers reject null content
                     "tool_calls": [
                         {
                             "id": cid,

@@ -1,0 +1,117 @@
+"""Model workers: the vLLM command line, health-check failures, and the real llama.cpp CPU server."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evalpkg.errors import ConfigError, ServiceError
+from evalpkg.serving.worker import WorkerSpec, llamacpp_spec, running, vllm_spec
+
+
+def test_vllm_command_for_an_awq_checkpoint(tmp_path: Path) -> None:
+    model = tmp_path / "Qwen2.5-7B-Instruct-AWQ"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": "awq", "bits": 4}}))
+    spec = vllm_spec(str(model), port=8001, max_model_len=4096, gpu_memory_utilization=0.85)
+    cmd = spec.command
+    assert cmd[:3] == ["vllm", "serve", str(model)]
+    assert cmd[cmd.index("--quantization") + 1] == "awq_marlin"
+    assert "--enable-auto-tool-choice" in cmd and cmd[cmd.index("--tool-call-parser") + 1] == "hermes"
+    assert cmd[cmd.index("--max-model-len") + 1] == "4096" and cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.85"
+    assert spec.served_model == "Qwen2.5-7B-Instruct-AWQ" and spec.base_url == "http://127.0.0.1:8001/v1"
+
+
+def test_vllm_parser_by_family_and_unquantized_checkpoints(tmp_path: Path) -> None:
+    cmd = vllm_spec("meta-llama/Llama-3.1-8B-Instruct", port=8002).command
+    assert cmd[cmd.index("--tool-call-parser") + 1] == "llama3_json" and "--quantization" not in cmd
+    with pytest.raises(ConfigError, match="gpu_memory_utilization"):
+        vllm_spec("x", gpu_memory_utilization=1.5)
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_a_server_that_never_becomes_healthy_is_reported_and_killed(tmp_path: Path) -> None:
+    spec = WorkerSpec([sys.executable, "-c", "import time; print('loading...', flush=True); time.sleep(60)"], 9, "m")
+    t0 = time.monotonic()
+    with (
+        pytest.raises(ServiceError, match=r"not healthy after 2s: loading\.\.\."),
+        running(spec, tmp_path / "w.log", deadline_s=2),
+    ):
+        pass
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_server_that_exits_is_reported(tmp_path: Path) -> None:
+    spec = WorkerSpec([sys.executable, "-c", "import sys; print('CUDA out of memory'); sys.exit(3)"], 9, "m")
+    with pytest.raises(ServiceError, match="exited with 3: CUDA out of memory"), running(spec, tmp_path / "w.log"):
+        pass
+
+
+def test_real_llamacpp_server_starts_answers_with_tool_calls_and_stops(tmp_path: Path) -> None:
+    from openai import OpenAI
+
+    spec = llamacpp_spec(n_ctx=4096, threads=2)
+    with running(spec, tmp_path / "cpu.log", deadline_s=180) as w:
+        client = OpenAI(base_url=w.base_url, api_key="EMPTY")
+        response = client.chat.completions.create(
+            model=w.served_model,
+            temperature=0,
+            max_tokens=64,
+            messages=[{"role": "user", "content": "How many patients are there? Use the tool."}],
+            tools=[
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "execute_sql",
+                        "description": "run SQL",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"sql": {"type": "string"}},
+                            "required": ["sql"],
+                        },
+                    },
+                }
+            ],
+            tool_choice="auto",
+        )
+        message = response.choices[0].message
+        assert message.tool_calls or message.content  # a real model answered, one way or the other
+    assert _free(spec.port)
+
+
+def test_cpu_model_runs_through_the_pipeline(synced: object, generated: object, tmp_path: Path) -> None:
+    from evalpkg.pipeline import store
+    from evalpkg.pipeline.config import RunConfig
+    from evalpkg.pipeline.execute import execute_shard
+    from evalpkg.pipeline.run import plan_run, score_run
+    from evalpkg.settings import Settings
+
+    assert isinstance(generated, Settings)
+    with running(llamacpp_spec(n_ctx=8192, threads=2), tmp_path / "cpu.log", deadline_s=180) as w:
+        config = RunConfig(
+            name="cpu",
+            agent="openai",
+            endpoint=w.base_url,
+            model=w.served_model,
+            limit=1,
+            languages=["zh"],
+            max_steps=3,
+            concurrency=1,
+        )
+        run_id = plan_run(generated, config)
+        execute_shard(generated, run_id, 0)
+    (traj,) = store.trajectories(generated, run_id)
+    assert traj.stop_reason != "model_error", traj.steps[-1].parse_error
+    assert len(traj.steps) >= 2 and traj.tool_calls() and traj.agent == "openai"
+    assert traj.steps[0].prompt_tokens > 0  # a real model, with real usage counts
+    scored = score_run(generated, run_id)
+    assert len(scored.scores) == 1 and scored.validation.success
