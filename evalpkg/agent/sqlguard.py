@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import re
 
-import sqlglot
 from sqlglot import exp
+
+from evalpkg.errors import ConfigError
+from evalpkg.testset.fingerprint import parse_statement
 
 # Functions with side effects, server file access, session changes, or dynamic SQL.
 DENIED_FUNCTIONS = {
@@ -139,12 +141,9 @@ def check(sql: str) -> exp.Query:
     if LEADING_DENY.match(bare):
         raise SqlRefused(f"only SELECT queries are allowed, got {bare.split()[0].upper()}")
     try:
-        statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
-    except sqlglot.errors.SqlglotError as exc:
-        raise SqlRefused(f"SQL does not parse: {str(exc).splitlines()[0][:200]}") from exc
-    if len(statements) != 1:
-        raise SqlRefused(f"exactly one statement is allowed, found {len(statements)}")
-    tree = statements[0]
+        tree = parse_statement(sql)
+    except ConfigError as exc:
+        raise SqlRefused(str(exc)) from exc
     if not isinstance(tree, exp.Query):
         raise SqlRefused(f"only SELECT queries are allowed, got {tree.key.upper()}")
     for node in tree.walk():

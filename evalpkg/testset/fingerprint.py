@@ -10,13 +10,14 @@ from sqlglot import exp
 from evalpkg.errors import ConfigError
 
 
-def _parse(sql: str) -> exp.Expr:
+def parse_statement(sql: str) -> exp.Expr:
+    """Exactly one PostgreSQL statement, or a one-line ConfigError saying why not."""
     try:
         statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
-    except sqlglot.errors.ParseError as exc:
-        raise ConfigError(f"SQL does not parse: {str(exc).splitlines()[0]}") from exc
+    except sqlglot.errors.SqlglotError as exc:
+        raise ConfigError(f"SQL does not parse: {str(exc).splitlines()[0][:200]}") from exc
     if len(statements) != 1:
-        raise ConfigError(f"expected one SQL statement, found {len(statements)}")
+        raise ConfigError(f"exactly one statement is allowed, found {len(statements)}")
     return statements[0]
 
 
@@ -29,7 +30,7 @@ def _strip_schema(node: exp.Expr) -> exp.Expr:
 
 
 def normalized(sql: str, *, literals: bool = True) -> str:
-    tree = _parse(sql).transform(_strip_schema)
+    tree = parse_statement(sql).transform(_strip_schema)
     if not literals:
         tree = tree.transform(lambda n: exp.Placeholder() if isinstance(n, exp.Literal) else n)
     return tree.sql(dialect="postgres", normalize=True, pretty=False).lower()
@@ -46,7 +47,7 @@ def pattern(sql: str) -> str:
 def is_single_select(sql: str) -> bool:
     """One read-only query (SELECT / set operation / WITH ... SELECT)."""
     try:
-        tree = _parse(sql)
+        tree = parse_statement(sql)
     except ConfigError:
         return False
     if not isinstance(tree, exp.Query):
@@ -57,7 +58,7 @@ def is_single_select(sql: str) -> bool:
 
 
 def tables(sql: str) -> list[str]:
-    return tables_in(_parse(sql))
+    return tables_in(parse_statement(sql))
 
 
 def tables_in(tree: exp.Expr) -> list[str]:
