@@ -116,9 +116,14 @@ def execute_shard(
     *,
     progress: Callable[[int, int], None] = lambda done, total: None,
     shared: Shared | None = None,
+    endpoint: str | None = None,
+    model: str | None = None,
 ) -> ShardReport:
+    """`endpoint`/`model` override the plan's: each shard may start its own model worker."""
     t0 = time.perf_counter()
     config, testset_version, snapshot, instances = store.load_run(settings, run_id)
+    if endpoint or model:
+        config = config.model_copy(update={k: v for k, v in (("endpoint", endpoint), ("model", model)) if v})
     if not 0 <= shard < config.shards:
         raise ConfigError(f"--shard: {shard} is outside 0..{config.shards - 1}")
     tasks = release.load(settings.tasks_dir, testset_version).by_id()

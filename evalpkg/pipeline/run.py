@@ -134,7 +134,7 @@ def track_run(settings: Settings, run_id: str, scored: Scored, max_traces: int |
     from evalpkg.pipeline.tracking import log_run
 
     config, testset_version, snap, instances = store.load_run(settings, run_id)
-    shards: dict[int, list[str]] = {}
+    shards: dict[int, list[str]] = {s: [] for s in range(config.shards)}  # a child run per shard, even empty
     for i in instances:
         shards.setdefault(i.shard, []).append(i.instance_id)
     d = store.run_dir(settings, run_id)

@@ -21,10 +21,10 @@ class NodeResult:
     message: str
 
 
-@contextmanager
-def _profile_env(settings: Settings) -> Iterator[None]:
+def profile_env(settings: Settings) -> dict[str, str]:
+    """Environment the dbt profile reads (dbt_project/profiles.yml): the sync role, never the key."""
     target = parts(settings.db_url(EVAL_DB))
-    env = {
+    return {
         "EVALPKG_DBT_HOST": str(target["host"] or "127.0.0.1"),
         "EVALPKG_DBT_PORT": str(target["port"]),
         "EVALPKG_DBT_USER": SYNC_ROLE,
@@ -32,6 +32,11 @@ def _profile_env(settings: Settings) -> Iterator[None]:
         "EVALPKG_DBT_DBNAME": EVAL_DB,
         "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
     }
+
+
+@contextmanager
+def _profile_env(settings: Settings) -> Iterator[None]:
+    env = profile_env(settings)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -46,7 +51,8 @@ def _profile_env(settings: Settings) -> Iterator[None]:
 
 def dbt_args(settings: Settings, command: str, *extra: str) -> list[str]:
     project = str(settings.dbt_project_dir)
-    return [command, "--project-dir", project, "--profiles-dir", project, *extra]
+    # "source freshness" is a sub-command: its options go after both words
+    return [*command.split(), "--project-dir", project, "--profiles-dir", project, *extra]
 
 
 def run_dbt(settings: Settings, command: str, *extra: str) -> list[NodeResult]:

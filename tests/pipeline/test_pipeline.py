@@ -47,6 +47,12 @@ def test_gold_agent_scores_100_percent_with_full_process_scores(
     tasks = release.load(generated.tasks_dir).tasks
     assert len(scored.scores) == 2 * len(tasks)  # zh + en, plain
     o = scored.table["overall"]
+    off = [
+        (s.instance_id, s.tool_names, s.expected_precision, s.expected_recall, s.error_text[:200])
+        for s in scored.scores
+        if s.expected_precision < 1 or s.expected_recall < 1 or s.redundant_calls
+    ]
+    assert off == []  # names the instance, its calls and errors if this ever fails
     assert o["accuracy"] == 1.0 and o["exec_match"] == 1.0 and o["executable_sql_rate"] == 1.0
     assert o["expected_call_precision"] == 1.0 and o["expected_call_recall"] == 1.0
     assert o["clarification_accuracy"] == 1.0 and o["answer_point_coverage"] == 1.0

@@ -1,0 +1,60 @@
+"""Airflow DAG ehr_deid_sync: source freshness -> bootstrap -> the dbt project as tasks (Cosmos)
+-> Great Expectations -> Asset eval_db. Wiring only; the logic lives in evalpkg."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import great_expectations  # noqa: F401  (imported before Airflow: quieter logging)
+from airflow.sdk import Asset, dag, task
+from cosmos import DbtTaskGroup, ExecutionConfig, ProfileConfig, ProjectConfig, RenderConfig
+from cosmos.constants import ExecutionMode, InvocationMode, LoadMode, TestBehavior
+
+from evalpkg import orchestration
+
+DBT_PROJECT = Path(__file__).resolve().parent.parent / "dbt_project"
+EVAL_DB = Asset("eval_db")
+DEFAULT_ARGS = {"retries": 2, "retry_delay": timedelta(minutes=2), "owner": "data-team"}
+
+
+@dag(
+    dag_id="ehr_deid_sync",
+    schedule="@daily",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    default_args=DEFAULT_ARGS,
+    tags=["emr-benchmark", "sync", "de-identification"],
+    max_active_runs=1,
+)
+def ehr_deid_sync() -> None:
+    @task
+    def prepare() -> None:
+        orchestration.sync_prepare()
+
+    @task
+    def source_freshness() -> None:
+        orchestration.sync_freshness()
+
+    dbt = DbtTaskGroup(
+        group_id="dbt",
+        project_config=ProjectConfig(DBT_PROJECT, env_vars=orchestration.dbt_env()),
+        profile_config=ProfileConfig(
+            profile_name="ehr_deid", target_name="eval", profiles_yml_filepath=DBT_PROJECT / "profiles.yml"
+        ),
+        execution_config=ExecutionConfig(execution_mode=ExecutionMode.LOCAL, invocation_mode=InvocationMode.DBT_RUNNER),
+        render_config=RenderConfig(
+            load_method=LoadMode.DBT_LS,
+            test_behavior=TestBehavior.AFTER_EACH,
+            invocation_mode=InvocationMode.DBT_RUNNER,
+        ),
+    )
+
+    @task(outlets=[EVAL_DB])
+    def validate() -> str:
+        return orchestration.sync_validate()
+
+    prepare() >> source_freshness() >> dbt >> validate()
+
+
+ehr_deid_sync()

@@ -1,0 +1,44 @@
+"""Airflow DAG testset_refresh (@monthly): mine last month's query tickets into the review queue,
+release what reviewers approved, validate the release (GX inside), update Asset testset."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import great_expectations  # noqa: F401  (imported before Airflow: quieter logging)
+from airflow.sdk import Asset, dag, get_current_context, task
+
+from evalpkg import orchestration
+
+TESTSET = Asset("testset")
+DEFAULT_ARGS = {"retries": 2, "retry_delay": timedelta(minutes=5), "owner": "benchmark-maintainers"}
+
+
+@dag(
+    dag_id="testset_refresh",
+    schedule="@monthly",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    default_args=DEFAULT_ARGS,
+    tags=["emr-benchmark", "testset"],
+    max_active_runs=1,
+)
+def testset_refresh() -> None:
+    @task
+    def mine() -> list[str]:
+        context = get_current_context()
+        day = (context.get("logical_date") or datetime.now()).date()
+        return orchestration.testset_refresh(orchestration.previous_month(day))
+
+    @task
+    def release(candidates: list[str]) -> str | None:
+        return orchestration.testset_release()  # only approved candidates; None if none yet
+
+    @task(outlets=[TESTSET])
+    def validate(version: str | None) -> str:
+        return orchestration.testset_validate(version)
+
+    validate(release(mine()))
+
+
+testset_refresh()
