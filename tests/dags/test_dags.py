@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +136,27 @@ def test_ehr_deid_sync_runs_dbt_as_tasks_then_gx(dagbag: Any, generated: Setting
     run = dag.test()
     assert str(run.state) == "success"
     assert content_fingerprint(generated) == before  # a scheduled re-sync changes nothing
+
+
+def test_testset_refresh_mines_last_month_into_the_review_queue(dagbag: Any, tmp_path: Path) -> None:
+    import shutil
+    from datetime import datetime
+
+    tasks_dir = tmp_path / "tasks"  # never the repository's own queue
+    shutil.copytree(PROJECT_ROOT / "tasks" / "v1", tasks_dir / "v1")
+    shutil.copy(PROJECT_ROOT / "tasks" / "CHANGELOG.md", tasks_dir / "CHANGELOG.md")
+    saved = os.environ.get("EVALPKG_TASKS_DIR")
+    os.environ["EVALPKG_TASKS_DIR"] = str(tasks_dir)
+    try:
+        run = dagbag.get_dag("testset_refresh").test(logical_date=datetime(2026, 11, 15, tzinfo=UTC))
+    finally:
+        if saved is None:
+            os.environ.pop("EVALPKG_TASKS_DIR", None)
+        else:
+            os.environ["EVALPKG_TASKS_DIR"] = saved
+    assert str(run.state) == "success"
+    queued = list((tasks_dir / "review" / "2026-10").glob("*.json"))
+    assert queued  # October's tickets became candidates, waiting for review
+    assert sorted(p.name for p in tasks_dir.iterdir() if p.name.startswith("v")) == [
+        "v1"
+    ]  # nothing released unreviewed
