@@ -149,14 +149,10 @@ def check(sql: str) -> exp.Query:
     for node in tree.walk():
         if isinstance(node, WRITE_NODES):
             raise SqlRefused(f"{node.key.upper()} is not allowed inside a query")
-        if isinstance(node, exp.Lock):
-            raise SqlRefused("row locks (FOR UPDATE/SHARE) are not allowed")
         if isinstance(node, exp.Func):
             name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
             if isinstance(node, exp.CurrentVersion):  # the one denied built-in sqlglot renames
                 name = "version"
             if name in DENIED_FUNCTIONS or name.startswith(("lo_", "dblink", "pg_read", "pg_ls_", "pg_file")):
                 raise SqlRefused(f"function {name}() is not allowed")
-    if tree.args.get("locks"):
-        raise SqlRefused("row locks (FOR UPDATE/SHARE) are not allowed")
     return tree

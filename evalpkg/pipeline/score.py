@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from evalpkg.agent.claims import NUMBER
 from evalpkg.agent.executor import QueryFailed, ReadOnlyExecutor, jsonable
 from evalpkg.agent.sqlguard import SqlRefused
 from evalpkg.agent.trajectory import Trajectory
@@ -23,7 +24,6 @@ REFUSAL = re.compile(
     r"contain|include|have)|no (data|record)|not recorded|unable",
     re.IGNORECASE,
 )
-NUMBER = re.compile(r"(?<![0-9A-Za-z.])[-+]?\d+(?:,\d{3})*(?:\.\d+)?%?")
 TEXT_POINT_THRESHOLD = 0.6
 UNIT_FACTORS = {("mg/dl", "mmol/l"): 1 / 18.0, ("mmol/l", "mg/dl"): 18.0}
 

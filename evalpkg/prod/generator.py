@@ -132,10 +132,9 @@ def _load_diagnoses(conn: psycopg.Connection, p: Patients, v: Visits, d: Diagnos
 
 
 def _load_labs(conn: psycopg.Connection, p: Patients, v: Visits, lab: Labs) -> int:
-    names = {k: item["xmmc"] for k, item in lab_items().items()}
-    digits = np.array(
-        [0 if u == "mg/dL" else lab_items()[x]["digits"] for x, u in zip(lab.item, lab.unit, strict=True)]
-    )
+    items = lab_items()  # once: this runs per lab row, a million times at full scale
+    names = {k: item["xmmc"] for k, item in items.items()}
+    digits = np.array([0 if u == "mg/dL" else items[x]["digits"] for x, u in zip(lab.item, lab.unit, strict=True)])
     return cw.copy_columns(
         conn,
         "his.t_lab_result",
