@@ -1,4 +1,4 @@
-"""Two-stage schema retrieval on every v1 question variant (seed 000 §3.3): how often the gold
+"""Two-stage schema retrieval on every question variant of the latest release (seed 000 §3.3): how often the gold
 tables are among the candidates, and how much schema text the model is spared compared with
 dumping the whole schema. Needs a synced eval DB (scripts/demo):
 
@@ -33,7 +33,7 @@ def main() -> None:
             total += 1
             chars += sum(len(shared.catalog.table_text(c)) for c in candidates)
     elapsed = time.perf_counter() - t0
-    print(f"questions (answerable v1 variants)     {total:>8}")
+    print(f"questions (answerable variants)     {total:>8}")
     print(f"gold tables among candidates           {hits / total:>8.1%}   (target >= 95%)")
     print(
         f"schema text vs whole-schema dump       {chars / total / full:>8.1%}   "

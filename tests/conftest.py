@@ -7,6 +7,7 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,9 @@ def make_state_dir() -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def settings() -> Iterator[Settings]:
+@contextmanager
+def running_cluster() -> Iterator[Settings]:
+    """A new PostgreSQL cluster with the databases, roles and a random de-identification key."""
     state = make_state_dir()
     s = Settings(state_dir=state, pg_port=free_port(), mlflow_port=free_port())
     postgres.init_cluster(s)
@@ -50,6 +52,12 @@ def settings() -> Iterator[Settings]:
     finally:
         postgres.stop(s)
         shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def settings() -> Iterator[Settings]:
+    with running_cluster() as s:
+        yield s
 
 
 @pytest.fixture(scope="session")

@@ -73,15 +73,15 @@ def _frames(scores: list[InstanceScore], trajectories: list[Trajectory]) -> dict
     ]
     texts = [{"value": v} for t in trajectories for v in (t.final_answer, *(c.result for c in t.tool_calls()))]
     return {
-        "scores": pd.DataFrame([s.model_dump(exclude={"tool_names"}) for s in scores]),
+        "scores": pd.DataFrame([s.model_dump(exclude={"tool_names", "missed_points"}) for s in scores]),
         "tool_calls": pd.DataFrame(calls or [{"name": "execute_sql", "hash_ok": True}]),
         "steps": pd.DataFrame(steps or [{"ordered": True}]),
         "texts": pd.DataFrame(texts or [{"value": ""}]),
     }
 
 
-def score_run(settings: Settings, run_id: str, progress: Progress = lambda _: None) -> Scored:
-    """Stages 4 and 5 from the store alone: re-scoring never calls a model."""
+def score_run(settings: Settings, run_id: str, progress: Progress = lambda _: None, *, save: bool = True) -> Scored:
+    """Stages 4 and 5 from the store alone: re-scoring never calls a model; `save=False` writes nothing."""
     config, testset_version, _, instances = store.load_run(settings, run_id)
     tasks = release.load(settings.tasks_dir, testset_version).by_id()
     trajectories = store.trajectories(settings, run_id)

@@ -49,6 +49,7 @@ class InstanceScore(BaseModel):
     order_ok: bool
     clarification_correct: bool
     answer_coverage: float | None
+    missed_points: list[int] = []  # indexes into the task's answer_points
     stop_reason: str
     latency_s: float
     prompt_tokens: int
@@ -140,15 +141,17 @@ def covers(answer: str, point: str) -> float:
     return len(target & _bigrams(answer)) / len(target) if target else 0.0
 
 
-def answer_coverage(task: Task, answer: str, gold_rows: list[list[Any]] | None, language: str) -> float | None:
+def answer_coverage(
+    task: Task, answer: str, gold_rows: list[list[Any]] | None, language: str
+) -> tuple[float | None, list[int]]:
     """Numbers exact within tolerance (percent and unit forms allowed); text by character n-gram
-    cosine similarity, which works offline and across zh/en tokenisation."""
-    if not task.answer_points:
-        return None
+    cosine similarity, which works offline and across zh/en tokenisation. A number point whose gold
+    cell is NULL or absent on this snapshot states nothing to check and is left out. Returns the
+    coverage and the indexes of the points the answer missed."""
     numbers = _numbers(answer)
     unit = (task.result.unit or "").lower()
-    hits = 0
-    for p in task.answer_points:
+    scored, missed = 0, []
+    for index, p in enumerate(task.answer_points):
         if p.kind == "number":
             try:
                 value = float(gold_rows[p.row][p.col]) if gold_rows is not None else None  # type: ignore[index]
@@ -156,15 +159,21 @@ def answer_coverage(task: Task, answer: str, gold_rows: list[list[Any]] | None, 
                 value = None
             if value is None:
                 continue
+            scored += 1
             candidates = {value, value * 100}
             for (src, dst), f in UNIT_FACTORS.items():
                 if dst == unit and src in answer.lower():
                     candidates.add(value / f)
-            hits += any(abs(n - c) <= max(p.tolerance * abs(c), 0.005) for n in numbers for c in candidates)
+            hit = any(abs(n - c) <= max(p.tolerance * abs(c), 0.005) for n in numbers for c in candidates)
         elif p.text:
             target = p.text.get(Language(language)) or next(iter(p.text.values()))
-            hits += covers(answer, target) >= TEXT_POINT_THRESHOLD
-    return hits / len(task.answer_points)
+            scored += 1
+            hit = covers(answer, target) >= TEXT_POINT_THRESHOLD
+        else:
+            continue
+        if not hit:
+            missed.append(index)
+    return ((scored - len(missed)) / scored if scored else None), missed
 
 
 def _latency_s(traj: Trajectory) -> float:
@@ -201,6 +210,7 @@ def score_instance(
         ):
             exec_match, gold_rows = True, rows
             break
+    coverage, missed_points = answer_coverage(task, traj.final_answer, gold_rows, traj.language)
     correct = exec_match if task.answerable else (traj.final_sql is None and bool(REFUSAL.search(traj.final_answer)))
     precision, recall, order_ok = expected_call_scores(task, traj)
     asked = bool(traj.clarifications)
@@ -228,7 +238,8 @@ def score_instance(
         expected_recall=recall,
         order_ok=order_ok,
         clarification_correct=clarification_correct,
-        answer_coverage=answer_coverage(task, traj.final_answer, gold_rows, traj.language),
+        answer_coverage=coverage,
+        missed_points=missed_points,
         stop_reason=traj.stop_reason,
         latency_s=_latency_s(traj),
         prompt_tokens=sum(s.prompt_tokens for s in traj.steps),

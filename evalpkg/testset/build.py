@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from evalpkg.errors import ConfigError, DataError
 from evalpkg.settings import Settings
-from evalpkg.testset import fingerprint, release
+from evalpkg.testset import determinism, fingerprint, release
 from evalpkg.testset.gold import GoldError, agent_connection, run_gold, snapshot_version
 from evalpkg.testset.models import (
     Annotator,
@@ -61,6 +61,9 @@ class Template(BaseModel):
     answer_points: list[dict[str, Any]] = []
     hidden_slots: list[dict[str, Any]] = []
     maintenance_notes: str = ""
+    # gold output column -> least value on the build snapshot: a margin so that another key's date
+    # shifts cannot empty a count a task's rate divides by
+    min_counts: dict[str, int] = {}
 
 
 class TemplateFile(BaseModel):
@@ -144,7 +147,7 @@ def build(settings: Settings, *, seed: int = 1, progress: Callable[[str], None] 
                     task = instantiate(t, combo, made + 1)
                 except (ValidationError, KeyError, AttributeError, IndexError) as exc:
                     raise ConfigError(f"template {t.id}: {str(exc).splitlines()[0]}") from exc
-                reason = _check(conn, task, seen)
+                reason = _check(conn, task, seen, t.min_counts)
                 if reason:
                     report.skipped.setdefault(t.id, []).append(reason)
                     continue
@@ -157,7 +160,7 @@ def build(settings: Settings, *, seed: int = 1, progress: Callable[[str], None] 
     return report
 
 
-def _check(conn: Any, task: Task, seen: set[str]) -> str | None:
+def _check(conn: Any, task: Task, seen: set[str], min_counts: dict[str, int]) -> str | None:
     for sql in task.gold_sql:
         if not fingerprint.is_single_select(sql):
             return f"{task.id}: gold is not one read-only query"
@@ -174,6 +177,20 @@ def _check(conn: Any, task: Task, seen: set[str]) -> str | None:
         # Another key shifts dates differently; a series this thin may come back empty elsewhere.
         if " group by " in sql.lower() and len(rows) < MIN_GROUPED_ROWS:
             return f"{task.id}: only {len(rows)} group(s), too thin to be stable across snapshots"
+        names = [e.alias_or_name for e in fingerprint.parse_statement(sql).expressions]
+        for column, least in min_counts.items():
+            if column not in names:
+                template = task.provenance.template_id
+                raise ConfigError(f"template {template}: min_counts names {column!r}, not a gold column")
+            value = rows[0][names.index(column)] if rows else None
+            if (value or 0) < least:
+                return f"{task.id}: {column} is {value}, below {least}"
+        try:
+            ordering, points = determinism.check(task, sql, rows, lambda probe: run_gold(conn, probe))
+        except GoldError as exc:
+            return f"{task.id}: ORDER BY probe failed: {exc}"
+        if ordering or points:
+            return f"{task.id}: not decided by the data: {(ordering + points)[0]}"
     return None
 
 

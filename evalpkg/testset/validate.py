@@ -5,17 +5,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from evalpkg.errors import DataError
 from evalpkg.expectations import ValidationReport, load_suite, validate_frames
 from evalpkg.settings import Settings
-from evalpkg.testset import fingerprint, release
+from evalpkg.testset import determinism, fingerprint, release
 from evalpkg.testset.gold import GoldError, agent_connection, run_gold, snapshot_version
 from evalpkg.testset.models import Difficulty, Task, TaskType
 
 if TYPE_CHECKING:
     import pandas as pd
+    import psycopg
 
 MIN_TASKS = 320
 
@@ -25,6 +26,8 @@ class TestsetReport:
     version: str
     tasks: int
     gold_queries: int = 0
+    nondeterministic_golds: int = 0
+    undetermined_points: int = 0
     snapshot_version: str = ""
     problems: list[str] = field(default_factory=list)
     tabular: ValidationReport | None = None
@@ -34,7 +37,8 @@ class TestsetReport:
         gx = f"; {self.tabular.summary()}" if self.tabular else ""
         return (
             f"test set {self.version}: {self.tasks} tasks, {self.gold_queries} gold queries executed on "
-            f"snapshot {self.snapshot_version}: {state}{gx}"
+            f"snapshot {self.snapshot_version} ({self.nondeterministic_golds} nondeterministic, "
+            f"{self.undetermined_points} undetermined answer points): {state}{gx}"
         )
 
 
@@ -84,9 +88,24 @@ def validate(
                     continue
                 if not rows and not task.result.empty_expected:
                     report.problems.append(f"{task.id}: gold SQL returned no rows (result.empty_expected is false)")
+                _check_determinism(report, conn, task, sql, rows)
             if i % 50 == 0:
                 progress(f"checked {i}/{len(rel.tasks)} tasks")
     return report
+
+
+def _check_determinism(
+    report: TestsetReport, conn: psycopg.Connection, task: Task, sql: str, rows: list[tuple[Any, ...]]
+) -> None:
+    try:
+        ordering, points = determinism.check(task, sql, rows, lambda probe: run_gold(conn, probe))
+    except GoldError as exc:
+        report.problems.append(f"{task.id}: the ORDER BY probe of a gold SQL failed: {exc}")
+        return
+    report.nondeterministic_golds += bool(ordering)
+    report.undetermined_points += len(points)
+    report.problems += [f"{task.id}: nondeterministic gold: {p}" for p in ordering]
+    report.problems += [f"{task.id}: undetermined {p}" for p in points]
 
 
 def validate_or_raise(settings: Settings, version: str | None = None, **kw: object) -> TestsetReport:

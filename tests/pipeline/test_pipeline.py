@@ -25,14 +25,7 @@ from evalpkg.settings import Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release
 from evalpkg.testset.gold import agent_connection, run_gold
-
-
-def run_agent(settings: Settings, agent: str, **kw: Any) -> tuple[str, Scored]:
-    config = RunConfig(name=agent.replace(":", "-"), agent=agent, concurrency=4, **kw)
-    run_id = plan_run(settings, config)
-    for shard in range(config.shards):
-        execute_shard(settings, run_id, shard)
-    return run_id, score_run(settings, run_id)
+from tests.pipeline.helpers import imperfections, run_agent
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +40,7 @@ def test_gold_agent_scores_100_percent_with_full_process_scores(
     tasks = release.load(generated.tasks_dir).tasks
     assert len(scored.scores) == 2 * len(tasks)  # zh + en, plain
     o = scored.table["overall"]
-    off = [
-        (s.instance_id, s.tool_names, s.expected_precision, s.expected_recall, s.error_text[:200])
-        for s in scored.scores
-        if s.expected_precision < 1 or s.expected_recall < 1 or s.redundant_calls
-    ]
-    assert off == []  # names the instance, its calls and errors if this ever fails
+    assert imperfections(scored.scores, {t.id: t for t in tasks}) == []  # names instance, metric and point
     assert o["accuracy"] == 1.0 and o["exec_match"] == 1.0 and o["executable_sql_rate"] == 1.0
     assert o["expected_call_precision"] == 1.0 and o["expected_call_recall"] == 1.0
     assert o["clarification_accuracy"] == 1.0 and o["answer_point_coverage"] == 1.0
