@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import date
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
+from pydantic import ValidationError
 
 from evalpkg.cli_run import register as register_run_commands
 from evalpkg.cli_testset import app as testset_app
-from evalpkg.errors import EvalpkgError
+from evalpkg.errors import EvalpkgError, one_line, validation_message
 from evalpkg.settings import AGENT_ROLE, EVAL_DB, PROD_DB, RESULTS_DB, get_settings
 
 app = typer.Typer(
@@ -99,13 +101,17 @@ def prod_generate(
     as_of: Annotated[str, typer.Option(help="the simulated 'now' (YYYY-MM-DD)")] = "2026-10-31",
 ) -> None:
     """Generate the simulated production database (replaces what is there)."""
+    from evalpkg.db import connect
     from evalpkg.prod.generator import generate
 
     try:
         as_of_date = date.fromisoformat(as_of)
     except ValueError as exc:
         raise typer.BadParameter(f"{as_of!r} is not YYYY-MM-DD", param_hint="--as-of") from exc
-    report = generate(get_settings().db_url(PROD_DB), patients, seed, as_of_date, _log)
+    url = get_settings().db_url(PROD_DB)
+    with connect(url):  # an unreachable server fails now, not after generating the data
+        pass
+    report = generate(url, patients, seed, as_of_date, _log)
     _log(
         f"generated {report.total_rows:,} rows in {report.seconds:.1f}s "
         f"({report.total_rows / report.seconds:,.0f} rows/s)"
@@ -149,6 +155,26 @@ def sync(
     _log(report.summary())
 
 
+def _fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"evalpkg: error: {one_line(message)}", err=True)
+    sys.exit(code)
+
+
+def _os_error(exc: OSError) -> str:
+    """'PATH: Permission denied' rather than '[Errno 13] Permission denied: PATH'."""
+    if exc.filename is None or not exc.strerror:
+        return str(exc) or type(exc).__name__
+    return f"{exc.filename}: {exc.strerror}"
+
+
+def _settings_error(exc: ValidationError) -> str:
+    from evalpkg.settings import Settings
+
+    if exc.title != Settings.__name__:
+        return f"{exc.title}: {exc.errors()[0]['msg']}"
+    return validation_message(exc, Settings, lambda name: f"EVALPKG_{name.upper()}")
+
+
 def main() -> None:
     try:
         code = app(standalone_mode=False)  # returns the code of typer.Exit raised inside a command
@@ -161,9 +187,18 @@ def main() -> None:
         sys.exit(130)
     except typer.TyperException as exc:  # usage errors: unknown option, bad value
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        if message:  # empty when a group was called without a command and printed its help
-            typer.echo(f"evalpkg: error: {message}", err=True)
-        sys.exit(getattr(exc, "exit_code", 2))
+        if not message:  # empty when a group was called without a command and printed its help
+            sys.exit(getattr(exc, "exit_code", 2))
+        _fail(" ".join(message.replace("Value error, ", "").split()), getattr(exc, "exit_code", 2))
     except EvalpkgError as exc:
-        typer.echo(f"evalpkg: error: {exc}", err=True)
-        sys.exit(1)
+        _fail(str(exc), exc.exit_code)
+    except ValidationError as exc:  # the settings read from EVALPKG_* variables
+        _fail(_settings_error(exc), 1)
+    except OSError as exc:  # a state or tasks directory that cannot be read or written
+        _fail(_os_error(exc), 1)
+    except Exception as exc:
+        if os.environ.get("EVALPKG_DEBUG"):
+            raise
+        from evalpkg.db import first_line
+
+        _fail(f"internal error {type(exc).__name__}: {first_line(exc)} (EVALPKG_DEBUG=1 shows the traceback)", 1)

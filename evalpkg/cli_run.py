@@ -3,16 +3,140 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
-from typing import Annotated, Any
+import os
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 
-from evalpkg.settings import get_settings
+from evalpkg.errors import ConfigError, DataError, ServiceError, UsageError, validation_message
+from evalpkg.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from evalpkg.pipeline.config import RunConfig
+    from evalpkg.serving.worker import WorkerSpec
 
 
 def _log(message: str) -> None:
     typer.echo(message, err=True)
+
+
+# RunConfig field -> the `evalpkg run` option that sets it; other fields come from --config.
+OPTIONS = {
+    "agent": "--agent",
+    "model": "--model",
+    "endpoint": "--endpoint",
+    "api_key": "--api-key",
+    "name": "--name",
+    "testset_version": "--testset",
+    "languages": "--language",
+    "complexities": "--complexity",
+    "repeats": "--repeats",
+    "shards": "--shards",
+    "concurrency": "--concurrency",
+    "limit": "--limit",
+    "temperature": "--temperature",
+    "quantization": "--quantization",
+    "native_tools": "--text-protocol",
+    "max_steps": "--max-steps",
+}
+PROBE_TIMEOUT_S = 5
+
+
+def option_name(field: str) -> str:
+    return OPTIONS.get(field, f"--config {field}".strip())
+
+
+def run_config(config_json: str | None, options: dict[str, Any]) -> RunConfig:
+    """The whole run configuration, checked before anything is written; a bad one is a usage error."""
+    from pydantic import ValidationError
+
+    from evalpkg.pipeline.config import RunConfig
+
+    try:
+        base = json.loads(config_json) if config_json else {}
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--config: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
+    if not isinstance(base, dict):
+        raise UsageError(f"--config: expected a JSON object of RunConfig fields, got {type(base).__name__}")
+    try:
+        return RunConfig.model_validate({**base, **options})
+    except ValidationError as exc:
+        raise UsageError(validation_message(exc, RunConfig, option_name)) from exc
+
+
+def worker_spec(worker: str | None, endpoint: str | None) -> WorkerSpec | None:
+    """The model server `--worker` would start (its model must be installed), or None."""
+    if worker is None:
+        return None
+    if worker != "cpu":
+        raise UsageError(f"--worker: must be cpu (llama.cpp), got {worker!r}")
+    if endpoint:
+        raise UsageError("--worker cpu serves its own endpoint: drop --endpoint")
+    from evalpkg.serving.worker import llamacpp_spec
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ConfigError("--worker cpu needs `pip install llama-cpp-python[server]`")
+    return llamacpp_spec()
+
+
+def unreachable(url: str) -> str | None:
+    """Why an HTTP server does not answer at `url`, or None when it answers (with any status)."""
+    try:
+        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S):
+            return None
+    except urllib.error.HTTPError:
+        return None  # it answered: authentication and routes are someone else's business
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return str(getattr(reason, "strerror", None) or reason)
+
+
+def check_endpoint(config: RunConfig) -> None:
+    """An OpenAI-compatible endpoint must answer before a run is planned against it."""
+    if config.agent != "openai" or not config.endpoint:
+        return
+    if urlsplit(config.endpoint).scheme not in ("http", "https"):
+        raise UsageError(f"--endpoint: expected an http(s) URL like http://host:8000/v1, got {config.endpoint!r}")
+    if why := unreachable(config.endpoint.rstrip("/") + "/models"):
+        raise ServiceError(f"--endpoint: cannot reach {config.endpoint}: {why}")
+
+
+def check_tracking(settings: Settings, skip: str) -> None:
+    """An MLflow server must answer before a run or its scores are written, not after."""
+    uri = settings.tracking_uri
+    if urlsplit(uri).scheme in ("http", "https") and (why := unreachable(uri.rstrip("/") + "/health")):
+        raise ServiceError(f"MLflow at {uri} is unreachable ({why}): start it with `evalpkg up` or {skip}")
+
+
+def check_recorded(settings: Settings, run_id: str) -> None:
+    """Scoring needs every planned instance recorded; say which shard is missing instead of failing the GX suite."""
+    from evalpkg.pipeline import store
+
+    _, _, _, instances = store.load_run(settings, run_id)
+    done = store.recorded_ids(settings, run_id)
+    missing = sorted({i.shard for i in instances if i.instance_id not in done})
+    if missing:
+        raise DataError(
+            f"run {run_id}: {len(instances) - len(done)} of {len(instances)} planned instances are not recorded; "
+            f"execute them with `evalpkg run-shard {run_id} --shard {missing[0]}`"
+        )
+
+
+def check_state_dir(settings: Settings) -> None:
+    """Runs write under the state directory: fail before planning if they could not."""
+    from evalpkg.pipeline import store
+
+    path = store.run_dir(settings, "x").parent
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"EVALPKG_STATE_DIR: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"EVALPKG_STATE_DIR: {existing} is not writable")
 
 
 def register(app: typer.Typer) -> None:
@@ -41,11 +165,9 @@ def register(app: typer.Typer) -> None:
         """Run all five stages (normalize, execute, record, score, cluster); validate, track, report."""
         from tqdm import tqdm
 
-        from evalpkg.pipeline.config import RunConfig
         from evalpkg.pipeline.run import run_all
 
-        base = json.loads(config_json) if config_json else {}
-        overrides: dict[str, Any] = {
+        options: dict[str, Any] = {
             "agent": agent,
             "model": model,
             "endpoint": endpoint,
@@ -62,10 +184,19 @@ def register(app: typer.Typer) -> None:
             "max_steps": max_steps,
         }
         if language:
-            overrides["languages"] = language
+            options["languages"] = language
         if complexity:
-            overrides["complexities"] = complexity
-        config = RunConfig.model_validate({**base, **overrides})
+            options["complexities"] = complexity
+        spec = worker_spec(worker, endpoint)
+        if spec is not None:  # the model is whatever the worker serves; validated with the rest
+            options.update(agent="openai", endpoint=spec.base_url, model=spec.served_model, quantization="gguf-q4_1")
+        config = run_config(config_json, options)
+        settings = get_settings()
+        if spec is None:
+            check_endpoint(config)
+        if not no_track:
+            check_tracking(settings, "pass --no-track")
+        check_state_dir(settings)
         bar = tqdm(total=0, unit="instance", desc="execute", disable=None)
 
         def tick(done: int, total: int) -> None:
@@ -73,23 +204,12 @@ def register(app: typer.Typer) -> None:
             bar.n = done
             bar.refresh()
 
-        settings = get_settings()
         with contextlib.ExitStack() as stack:
-            if worker is not None:
-                if worker != "cpu":
-                    raise typer.BadParameter(f"{worker!r}: only 'cpu' can be started here", param_hint="--worker")
-                from evalpkg.serving.worker import llamacpp_spec, running
+            if spec is not None:
+                from evalpkg.serving.worker import running
 
-                spec = stack.enter_context(running(llamacpp_spec(), settings.state_dir / "workers" / "cpu.log"))
+                stack.enter_context(running(spec, settings.state_dir / "workers" / "cpu.log"))
                 _log(f"CPU model server up at {spec.base_url} ({spec.served_model})")
-                config = config.model_copy(
-                    update={
-                        "agent": "openai",
-                        "endpoint": spec.base_url,
-                        "model": spec.served_model,
-                        "quantization": "gguf-q4_1",
-                    }
-                )
             result = run_all(settings, config, progress=_log, shard_progress=tick, track=not no_track)
         bar.close()
         o = result["overall"]
@@ -107,6 +227,9 @@ def register(app: typer.Typer) -> None:
         from evalpkg.pipeline.run import report_run, score_run, track_run
 
         settings = get_settings()
+        check_recorded(settings, run_id)
+        if track:
+            check_tracking(settings, "drop --track")
         scored = score_run(settings, run_id, _log)
         report_run(settings, run_id, scored)
         if track:
@@ -122,6 +245,7 @@ def register(app: typer.Typer) -> None:
         from evalpkg.pipeline.run import report_run, score_run
 
         settings = get_settings()
+        check_recorded(settings, run_id)
         typer.echo(report_run(settings, run_id, score_run(settings, run_id)))
 
     @app.command()
@@ -131,7 +255,9 @@ def register(app: typer.Typer) -> None:
         from evalpkg.pipeline.run import score_run
 
         settings = get_settings()
-        a, b = score_run(settings, run_a).scores, score_run(settings, run_b).scores
+        for run_id in (run_a, run_b):  # both must be complete before either is scored
+            check_recorded(settings, run_id)
+        a, b = score_run(settings, run_a, save=False).scores, score_run(settings, run_b, save=False).scores
         groups = [("overall", a, b)] + [
             (f"type.{t}", [s for s in a if s.type == t], [s for s in b if s.type == t])
             for t in sorted({s.type for s in a})
@@ -148,11 +274,16 @@ def register(app: typer.Typer) -> None:
             )
 
     @app.command("run-shard")
-    def run_shard(run_id: str, shard: Annotated[int, typer.Option()]) -> None:
+    def run_shard(run_id: str, shard: Annotated[int, typer.Option(min=0)]) -> None:
         """Execute one shard of a planned run (what each Airflow shard task calls); resumable."""
+        from evalpkg.pipeline import store
         from evalpkg.pipeline.execute import execute_shard
 
-        r = execute_shard(get_settings(), run_id, shard)
+        settings = get_settings()
+        config, *_ = store.load_run(settings, run_id)
+        if shard >= config.shards:
+            raise UsageError(f"--shard: run {run_id} has shards 0..{config.shards - 1}, got {shard}")
+        r = execute_shard(settings, run_id, shard)
         _log(
             f"shard {r.shard}: {r.recorded} recorded, {r.skipped} recorded before, "
             f"{r.planned} planned, {r.seconds:.1f}s"

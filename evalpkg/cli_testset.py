@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from evalpkg.errors import UsageError
 from evalpkg.settings import get_settings
 
 app = typer.Typer(no_args_is_help=True, help="The benchmark test set (tasks/<version>/).")
@@ -71,8 +72,11 @@ def refresh(
     auto_approve: Annotated[bool, typer.Option(help="approve synthetic tickets without review")] = False,
 ) -> None:
     """Mine a month of query tickets into the review queue (idempotent)."""
+    from evalpkg.testset.refresh import MONTH_RE
     from evalpkg.testset.refresh import refresh as run
 
+    if not MONTH_RE.match(month):
+        raise UsageError(f"--month: must be YYYY-MM (month 01..12), got {month!r}")
     run(get_settings(), month, auto_approve=auto_approve, progress=_log)
 
 
@@ -85,7 +89,6 @@ def review(
     note: Annotated[str, typer.Option()] = "",
 ) -> None:
     """Record approve/reject decisions (with reviewer and role), or list the queue."""
-    from evalpkg.errors import ConfigError
     from evalpkg.testset.refresh import load_queue
     from evalpkg.testset.refresh import review as record
 
@@ -94,8 +97,10 @@ def review(
         for _, c in load_queue(settings):
             typer.echo(f"{c.status:<9} {c.task.id:<32} {c.month}  {c.task.variants[0].text}")
         return
-    if role not in ("clinician", "analyst", "dba") or not reviewer:
-        raise ConfigError("--reviewer and --role (clinician, analyst or dba) are required to record a decision")
+    if not reviewer:
+        raise UsageError("--reviewer: required to record a decision")
+    if role not in ("clinician", "analyst", "dba"):
+        raise UsageError(f"--role: must be clinician, analyst or dba, got {role!r}")
     decision: Literal["approve", "reject"] = "approve" if approve else "reject"
     n = record(settings, ids, decision, reviewer, role, note)  # type: ignore[arg-type]
     _log(f"recorded {decision} for {n} candidate(s)")

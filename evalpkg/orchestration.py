@@ -40,12 +40,12 @@ def eval_plan(params: dict[str, Any]) -> str:
     from evalpkg.pipeline.run import plan_run
 
     keys = set(RunConfig.model_fields) - {"format_version"}
-    config = RunConfig.model_validate({k: v for k, v in params.items() if k in keys and v not in (None, "")})
-    if params.get("worker") == "cpu":  # the model is whatever the CPU worker serves
+    values = {k: v for k, v in params.items() if k in keys and v not in (None, "")}
+    if params.get("worker") == "cpu":  # the model is whatever the CPU worker serves (validated with it)
         from evalpkg.serving.worker import CPU_MODEL_NAME
 
-        config = config.model_copy(update={"agent": "openai", "model": CPU_MODEL_NAME, "endpoint": "per-shard"})
-    return plan_run(get_settings(), config)
+        values.update(agent="openai", model=CPU_MODEL_NAME, endpoint="per-shard")
+    return plan_run(get_settings(), RunConfig.model_validate(values))
 
 
 def eval_shards(run_id: str) -> list[int]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from evalpkg.dburl import with_database
+from evalpkg.dburl import redact, with_database
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,6 +39,13 @@ class Settings(BaseSettings):
     agent_statement_timeout_ms: int = Field(default=30_000, gt=0)
     dbt_project_dir: Path = PROJECT_ROOT / "dbt_project"
     expectations_dir: Path = PROJECT_ROOT / "expectations"
+
+    @field_validator("pg_url")
+    @classmethod
+    def _postgres_url(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in ("postgresql", "postgres"):
+            raise ValueError(f"expected postgresql://user@host:port/database, got {redact(value)!r}")
+        return value
 
     @property
     def embedded_pg(self) -> bool:

@@ -54,10 +54,13 @@ class RunConfig(BaseModel):
     def _agent(cls, value: str) -> str:
         if value in ("gold", "openai") or (value.startswith("perturb:") and value[8:] in PERTURBATIONS):
             return value
-        raise ValueError(f"agent must be gold, openai or perturb:<{'|'.join(PERTURBATIONS)}>, got {value!r}")
+        raise ValueError(f"must be gold, openai or perturb:<{'|'.join(PERTURBATIONS)}>, got {value!r}")
 
     @model_validator(mode="after")
-    def _strategy(self) -> RunConfig:
+    def _rules_across_fields(self) -> RunConfig:
+        """Rules across fields, each message naming the fields: a run is checked whole before it is planned."""
+        if self.agent == "openai" and not self.endpoint:
+            raise ValueError("agent openai needs an endpoint (--endpoint, an OpenAI-compatible base URL)")
         if self.strategy == "plan" and self.agent != "openai":
             raise ValueError("strategy plan needs agent openai: the scripted agents replay SQL")
         if self.strategy == "plan" and self.prompt_version == "react_v1":

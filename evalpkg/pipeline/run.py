@@ -100,6 +100,14 @@ def score_run(settings: Settings, run_id: str, progress: Progress = lambda _: No
         {"planned_instances": len(instances)},
     )
     validation.raise_on_failure(SyncError)
+    if save:
+        _save_scores(settings, run_id, scores, clusters, assignment)
+    return Scored(scores, breakdown(scores), clusters, validation)
+
+
+def _save_scores(
+    settings: Settings, run_id: str, scores: list[InstanceScore], clusters: list[Cluster], assignment: dict[str, int]
+) -> None:
     store.save_scores(settings, run_id, [s.model_dump() for s in scores])
     d = store.run_dir(settings, run_id)
     d.mkdir(parents=True, exist_ok=True)
@@ -114,7 +122,6 @@ def score_run(settings: Settings, run_id: str, progress: Progress = lambda _: No
             if s.instance_id in assignment:
                 c = assignment[s.instance_id]
                 w.writerow([s.instance_id, s.task_id, s.type, c, names[c], s.stop_reason, s.error_text[:300]])
-    return Scored(scores, breakdown(scores), clusters, validation)
 
 
 def report_run(settings: Settings, run_id: str, scored: Scored) -> Path:

@@ -86,10 +86,11 @@ def load_queue(settings: Settings) -> list[tuple[Path, Candidate]]:
     out = []
     for path in sorted(queue_dir(settings).glob("*/*.json")):
         try:
-            out.append((path, Candidate.model_validate_json(path.read_text(encoding="utf-8"))))
+            out.append((path, Candidate.model_validate_json(release.read_text(path))))
         except ValidationError as exc:
             err = exc.errors()[0]
-            raise DataError(f"{path}: field {'.'.join(map(str, err['loc']))}: {err['msg']}") from exc
+            loc = ".".join(map(str, err["loc"])) or "(file)"
+            raise DataError(f"{path}: field {loc}: {err['msg']}") from exc
     return out
 
 
@@ -218,11 +219,11 @@ def review(
     unknown = [i for i in ids if i not in queue]
     if unknown:
         raise ConfigError(f"not in the review queue: {', '.join(unknown)}")
+    if released := [f"{i} (in {queue[i][1].released_in})" for i in ids if queue[i][1].released_in]:
+        raise DataError(f"already released, decisions are final: {', '.join(released)}")
     now = datetime.now(UTC).isoformat(timespec="seconds")
     for tid in ids:
         path, cand = queue[tid]
-        if cand.released_in:
-            raise DataError(f"{tid}: already released in {cand.released_in}; decisions are final")
         cand.decisions.append(Decision(decision=decision, reviewer=reviewer, role=role, at=now, note=note))
         _save(path, cand)
     return len(ids)

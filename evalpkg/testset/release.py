@@ -77,9 +77,16 @@ def task_json(task: Task) -> str:
     return json.dumps(task.model_dump(mode="json", exclude_defaults=False), ensure_ascii=False, indent=2) + "\n"
 
 
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+
+
 def parse_task_file(path: Path, label: str) -> Task:
     try:
-        return Task.model_validate_json(path.read_text(encoding="utf-8"))
+        return Task.model_validate_json(read_text(path))
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "(file)"
@@ -93,10 +100,11 @@ def load(tasks_dir: Path, version: str | None = None, *, verify: bool = True) ->
     if not manifest_path.is_file():
         raise DataError(f"{manifest_path}: release manifest not found")
     try:
-        manifest = Manifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
+        manifest = Manifest.model_validate_json(read_text(manifest_path))
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise DataError(f"{manifest_path}: field {'.'.join(map(str, err['loc']))}: {err['msg']}") from exc
+        loc = ".".join(map(str, err["loc"])) or "(file)"
+        raise DataError(f"{manifest_path}: field {loc}: {err['msg']}") from exc
     on_disk = {str(p.relative_to(root)) for p in (root / "tasks").glob("*.json")}
     if verify:
         if extra := sorted(on_disk - set(manifest.files)):
