@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import great_expectations  # noqa: F401  (imported before Airflow: quieter logging)
 from airflow.sdk import Asset, dag, task
 from cosmos import DbtTaskGroup, ExecutionConfig, ProfileConfig, ProjectConfig, RenderConfig
 from cosmos.constants import ExecutionMode, InvocationMode, LoadMode, TestBehavior

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-import great_expectations  # noqa: F401  (imported before Airflow: quieter logging)
 from airflow.sdk import Asset, dag, get_current_context, task
 
 from evalpkg import orchestration

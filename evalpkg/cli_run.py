@@ -251,7 +251,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def compare(run_a: str, run_b: str) -> None:
         """Paired differences (B - A) with bootstrap CIs and an exact McNemar test, overall and per type."""
-        from evalpkg.pipeline.metrics import paired
+        from evalpkg.pipeline.metrics import paired, paired_measures
         from evalpkg.pipeline.run import score_run
 
         settings = get_settings()
@@ -272,6 +272,10 @@ def register(app: typer.Typer) -> None:
                 f"{label:<26}{r['instances']:>6}{r['accuracy_a']:>8.1%}{r['accuracy_b']:>8.1%}"
                 f"{r['difference']:>+8.1%}{ci:>18}{r['mcnemar_p']:>8.3f}"
             )
+        typer.echo(f"\n{'measure (overall)':<34}{'n':>6}{'A':>8}{'B':>8}{'B-A':>8}{'95% CI':>18}")
+        for name, m in paired_measures(a, b).items():
+            ci = f"[{m['ci_low']:+.3f}, {m['ci_high']:+.3f}]"
+            typer.echo(f"{name:<34}{m['instances']:>6}{m['a']:>8.3f}{m['b']:>8.3f}{m['difference']:>+8.3f}{ci:>18}")
 
     @app.command("run-shard")
     def run_shard(run_id: str, shard: Annotated[int, typer.Option(min=0)]) -> None:

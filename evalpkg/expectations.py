@@ -18,6 +18,11 @@ if TYPE_CHECKING:
 
 SUITE_FORMAT_VERSION = 1
 
+# Importing great_expectations logs ~200 INFO lines (its docs decorators, metric registry); under
+# Airflow's logging they land in every task log. This module is where GX is imported, always after
+# this line, so its loggers are quieted first.
+logging.getLogger("great_expectations").setLevel(logging.ERROR)
+
 
 class ExpectationSpec(BaseModel):  # type: ignore[no-redef]
     type: str
@@ -88,7 +93,8 @@ def _context() -> Any:
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    logging.getLogger("great_expectations").setLevel(logging.ERROR)
+    # the one GX logger that sets itself to INFO on import ("Created temporary directory ...")
+    logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.ERROR)
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     return context

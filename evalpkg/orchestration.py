@@ -4,11 +4,29 @@ and nothing here imports Airflow."""
 from __future__ import annotations
 
 import contextlib
+import copy
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from evalpkg.errors import ConfigError
 from evalpkg.settings import get_settings
+
+if TYPE_CHECKING:
+    from evalpkg.pipeline.config import RunConfig
+
+# What the agent_eval DAG offers beside RunConfig's fields: how the run is carried out, not what it
+# measures. Each is a JSON schema with its default, like the fields eval_params() generates.
+RUN_OPTIONS: dict[str, dict[str, Any]] = {
+    "worker": {
+        "default": "none",
+        "type": "string",
+        "enum": ["none", "cpu"],
+        "title": "Worker",
+        "description": "a model server per shard; cpu: the packaged llama.cpp model (sets agent, model, endpoint)",
+    },
+    "track": {"default": True, "type": "boolean", "title": "Track", "description": "log the run to MLflow"},
+}
 
 
 def sync_prepare() -> None:
@@ -35,9 +53,64 @@ def dbt_env() -> dict[str, str]:
     return profile_env(get_settings())
 
 
-def eval_plan(params: dict[str, Any]) -> str:
+def eval_params() -> dict[str, dict[str, Any]]:
+    """The agent_eval trigger form, one JSON schema per field with its default: RunConfig's own fields
+    (from its JSON schema; none that is secret or constant), then RUN_OPTIONS. A field whose default
+    is None (empty means "use the default") accepts null, so the form can be submitted as it opens."""
     from evalpkg.pipeline.config import RunConfig
-    from evalpkg.pipeline.run import plan_run
+
+    schema = RunConfig.model_json_schema()
+    definitions = schema.get("$defs", {})
+    params: dict[str, dict[str, Any]] = {}
+    for name, field in RunConfig.model_fields.items():
+        prop = schema["properties"].get(name)
+        if prop is None or field.exclude or "const" in prop:
+            continue
+        params[name] = _nullable_as_type_list(_inline_refs(prop, definitions))
+    params["agent"].setdefault("enum", _agent_choices())
+    if clash := sorted(params.keys() & RUN_OPTIONS.keys()):
+        raise ConfigError(f"RunConfig now has {', '.join(clash)}: drop it from orchestration.RUN_OPTIONS")
+    return params | copy.deepcopy(RUN_OPTIONS)
+
+
+def _inline_refs(schema: Any, definitions: dict[str, Any]) -> Any:
+    """Each Param carries a standalone schema: replace {"$ref": "#/$defs/X"} by X itself."""
+    if isinstance(schema, list):
+        return [_inline_refs(s, definitions) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        target = definitions[schema["$ref"].rsplit("/", 1)[-1]]
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        return _inline_refs({**target, **rest}, definitions)
+    return {k: _inline_refs(v, definitions) for k, v in schema.items()}
+
+
+def _nullable_as_type_list(prop: dict[str, Any]) -> dict[str, Any]:
+    """pydantic writes `X | None` as anyOf [X, null]; Airflow's form reads `type` (a field is required
+    unless its type list holds "null"), so that becomes X with type ["null", X's type]."""
+    options = prop.get("anyOf")
+    if not options or {"type": "null"} not in options or len(options) != 2:
+        return prop
+    (other,) = (o for o in options if o != {"type": "null"})
+    if not isinstance(other.get("type"), str):
+        return prop
+    merged: dict[str, Any] = {k: v for k, v in prop.items() if k != "anyOf"} | other
+    merged["type"] = ["null", other["type"]]
+    return merged
+
+
+def _agent_choices() -> list[str]:
+    """RunConfig checks `agent` in a validator, which its JSON schema cannot show: the same choices,
+    built from the same PERTURBATIONS (a test checks RunConfig accepts each one)."""
+    from evalpkg.pipeline.config import PERTURBATIONS
+
+    return ["gold", "openai", *(f"perturb:{kind}" for kind in PERTURBATIONS)]
+
+
+def run_config_from_params(params: dict[str, Any]) -> RunConfig:
+    """The run a DAG's params describe: RunConfig's fields, empty ones left to RunConfig's defaults."""
+    from evalpkg.pipeline.config import RunConfig
 
     keys = set(RunConfig.model_fields) - {"format_version"}
     values = {k: v for k, v in params.items() if k in keys and v not in (None, "")}
@@ -45,7 +118,13 @@ def eval_plan(params: dict[str, Any]) -> str:
         from evalpkg.serving.worker import CPU_MODEL_NAME
 
         values.update(agent="openai", model=CPU_MODEL_NAME, endpoint="per-shard")
-    return plan_run(get_settings(), RunConfig.model_validate(values))
+    return RunConfig.model_validate(values)
+
+
+def eval_plan(params: dict[str, Any]) -> str:
+    from evalpkg.pipeline.run import plan_run
+
+    return plan_run(get_settings(), run_config_from_params(params))
 
 
 def eval_shards(run_id: str) -> list[int]:

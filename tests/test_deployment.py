@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import yaml
@@ -53,6 +54,29 @@ def test_gpu_work_goes_to_gpu_hosts() -> None:
     assert gpu_worker["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     vllm = services["vllm"]["command"]
     assert "--enable-auto-tool-choice" in vllm and "--tool-call-parser" in vllm
+
+
+def test_every_queue_a_dag_declares_has_a_celery_worker() -> None:
+    declared = {
+        node.value.value
+        for path in (PROJECT_ROOT / "dags").glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.keyword) and node.arg == "queue" and isinstance(node.value, ast.Constant)
+    }
+    served: dict[str, set[str]] = {}
+    for name, service in compose()["services"].items():
+        command = service.get("command") or []
+        if "celery" in command and "--queues" in command:
+            served[name] = set(command[command.index("--queues") + 1].split(","))
+    assert "gpu" in declared and declared <= set().union(*served.values()), (declared, served)
+    assert served["airflow-worker-gpu"] == {"gpu"} and "gpu" not in served["airflow-worker"]
+
+
+def test_airflow_tasks_run_with_mlflow_and_cosmos_telemetry_off() -> None:
+    for name, service in compose()["services"].items():
+        if name.startswith("airflow-"):
+            assert service["environment"]["MLFLOW_DISABLE_TELEMETRY"] == "true", name
+            assert service["environment"]["AIRFLOW__COSMOS__ENABLE_TELEMETRY"] == "False", name
 
 
 def test_image_installs_the_package_with_the_projects_pins() -> None:

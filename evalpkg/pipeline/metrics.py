@@ -46,6 +46,7 @@ def summarize(scores: list[InstanceScore]) -> dict[str, float]:
     lo, hi = bootstrap_ci(by_task)
     repeats = _group(scores, lambda s: f"{s.task_id}:{s.language}:{s.complexity}")
     coverage = [s.answer_coverage for s in scores if s.answer_coverage is not None]
+    stated = sum(s.numbers_stated for s in scores)
     return {
         "instances": len(scores),
         "accuracy": _mean(s.correct for s in scores),
@@ -59,8 +60,16 @@ def summarize(scores: list[InstanceScore]) -> dict[str, float]:
         "redundant_call_rate": _mean(s.redundant_calls / s.tool_calls if s.tool_calls else 0.0 for s in scores),
         "expected_call_precision": _mean(s.expected_precision for s in scores),
         "expected_call_recall": _mean(s.expected_recall for s in scores),
-        "clarification_accuracy": _mean(s.clarification_correct for s in scores),
+        "clarification_accuracy": _mean(s.clarification_correct for s in scores if s.clarification_needed),
+        "unnecessary_question_rate": _mean(s.clarification_rounds > 0 for s in scores if not s.clarification_needed),
+        "clarification_rounds_mean": _mean(s.clarification_rounds for s in scores),
         "answer_point_coverage": _mean(c for c in coverage),
+        "numeric_citation_error_rate": sum(len(s.unsupported_numbers) for s in scores) / stated if stated else 0.0,
+        "answers_with_unsupported_numbers": _mean(bool(s.unsupported_numbers) for s in scores),
+        "first_attempt_correct_time_series": _mean(
+            s.first_attempt_correct for s in scores if s.first_attempt_correct is not None
+        ),
+        "expected_call_order_compliance": _mean(s.order_ok for s in scores if s.declares_order),
         "latency_s_mean": _mean(s.latency_s for s in scores),
         "latency_s_p95": float(np.percentile([s.latency_s for s in scores], 95)),
         "tokens_mean": _mean(s.prompt_tokens + s.completion_tokens for s in scores),
@@ -75,9 +84,13 @@ def breakdown(scores: list[InstanceScore]) -> dict[str, dict[str, float]]:
         ("difficulty", lambda s: s.difficulty),
         ("cell", lambda s: f"{s.type}.{s.difficulty}"),
         ("language", lambda s: s.language),
+        ("complexity", lambda s: s.complexity),
     ):
         for value, group in sorted(_group(scores, key).items()):
             out[f"{name}.{value}"] = summarize(group)
+    by_complexity = [m["accuracy"] for g, m in out.items() if g.startswith("complexity.")]
+    if len(by_complexity) > 1:  # the same needs phrased three ways: best minus worst
+        out["overall"]["robustness_gap"] = max(by_complexity) - min(by_complexity)
     return out
 
 
@@ -91,6 +104,7 @@ def flat_metrics(
         "expected_call_recall",
         "clarification_accuracy",
         "answer_point_coverage",
+        "numeric_citation_error_rate",
         "latency_s_mean",
     ),
 ) -> dict[str, float]:
@@ -100,6 +114,43 @@ def flat_metrics(
             v = values.get(k)
             if v is not None and np.isfinite(v):
                 out[k if group == "overall" else f"{group}.{k}"] = float(v)
+    return out
+
+
+# Instance-level measures compared pairwise by `evalpkg compare`; None where an instance has none.
+PAIRED_MEASURES: dict[str, Callable[[InstanceScore], float | None]] = {
+    "answer_point_coverage": lambda s: s.answer_coverage,
+    "clarification_accuracy": lambda s: float(s.clarification_correct) if s.clarification_needed else None,
+    "unnecessary_question_rate": lambda s: None if s.clarification_needed else float(s.clarification_rounds > 0),
+    "clarification_rounds": lambda s: float(s.clarification_rounds),
+    "numeric_citation_error_rate": lambda s: (
+        len(s.unsupported_numbers) / s.numbers_stated if s.numbers_stated else None
+    ),
+    "first_attempt_correct_time_series": lambda s: (
+        None if s.first_attempt_correct is None else float(s.first_attempt_correct)
+    ),
+    "expected_call_order_compliance": lambda s: float(s.order_ok) if s.declares_order else None,
+}
+
+
+def paired_measures(a: list[InstanceScore], b: list[InstanceScore]) -> dict[str, dict[str, float]]:
+    """B minus A for each measure on the instances where both runs have it, bootstrap CI over tasks."""
+    left = {s.instance_id: s for s in a}
+    right = {s.instance_id: s for s in b}
+    out = {}
+    for name, measure in PAIRED_MEASURES.items():
+        diffs: dict[str, list[float]] = defaultdict(list)
+        xs, ys = [], []
+        for iid in sorted(left.keys() & right.keys()):
+            x, y = measure(left[iid]), measure(right[iid])
+            if x is not None and y is not None:
+                xs.append(x)
+                ys.append(y)
+                diffs[left[iid].task_id].append(y - x)
+        if xs:
+            lo, hi = bootstrap_ci(diffs)
+            out[name] = {"instances": len(xs), "a": _mean(xs), "b": _mean(ys), "difference": _mean(ys) - _mean(xs)}
+            out[name] |= {"ci_low": lo, "ci_high": hi}
     return out
 
 

@@ -111,7 +111,7 @@ def write_report(
             },
         }
         for g, m in table.items()
-        if g.startswith(("type.", "difficulty."))
+        if g.startswith(("type.", "difficulty.", "complexity."))
     ]
     by_traj = {t.instance_id: t for t in trajectories}
     drill = []
@@ -140,7 +140,7 @@ def write_report(
 test set {html.escape(str(config.get("testset_version")))}, {int(overall.get("instances", 0))} instances</p>
 <h2>Overall</h2>{_table([{k: v for k, v in overall.items()}])}
 <h2>Plots</h2>{"".join(_plots(scores, clusters))}
-<h2>By type and difficulty</h2>{_table(groups)}
+<h2>By type, difficulty and complexity</h2>{_table(groups)}
 <h2>Error clusters</h2>{_table(cluster_rows)}
 <h2>Trajectories</h2>{"".join(drill)}
 <h2>Configuration</h2><pre>{html.escape(json.dumps(config, ensure_ascii=False, indent=2))}</pre>

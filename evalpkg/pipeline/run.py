@@ -32,6 +32,7 @@ from evalpkg.testset import release
 from evalpkg.testset.gold import agent_connection, snapshot_version
 
 Progress = Callable[[str], None]
+LIST_FIELDS = {"tool_names", "missed_points", "unsupported_numbers"}  # not columns for the GX suite
 
 
 @dataclass
@@ -73,7 +74,7 @@ def _frames(scores: list[InstanceScore], trajectories: list[Trajectory]) -> dict
     ]
     texts = [{"value": v} for t in trajectories for v in (t.final_answer, *(c.result for c in t.tool_calls()))]
     return {
-        "scores": pd.DataFrame([s.model_dump(exclude={"tool_names", "missed_points"}) for s in scores]),
+        "scores": pd.DataFrame([s.model_dump(exclude=LIST_FIELDS) for s in scores]),
         "tool_calls": pd.DataFrame(calls or [{"name": "execute_sql", "hash_ok": True}]),
         "steps": pd.DataFrame(steps or [{"ordered": True}]),
         "texts": pd.DataFrame(texts or [{"value": ""}]),

@@ -15,6 +15,7 @@ from evalpkg.agent.claims import NUMBER
 from evalpkg.agent.executor import QueryFailed, ReadOnlyExecutor, jsonable
 from evalpkg.agent.sqlguard import SqlRefused
 from evalpkg.agent.trajectory import Trajectory
+from evalpkg.pipeline.citations import unsupported_numbers
 from evalpkg.pipeline.comparator import match, order_key_columns
 from evalpkg.testset.models import ArgConstraint, ExpectedToolCall, Language, Task, TaskType
 
@@ -50,6 +51,13 @@ class InstanceScore(BaseModel):
     clarification_correct: bool
     answer_coverage: float | None
     missed_points: list[int] = []  # indexes into the task's answer_points
+    # defaults keep scores stored before these measures loadable
+    numbers_stated: int = 0
+    unsupported_numbers: list[str] = []  # stated in the final answer, found in nothing the agent saw
+    clarification_needed: bool = False
+    clarification_rounds: int = 0
+    first_attempt_correct: bool | None = None  # time-series tasks only
+    declares_order: bool = False  # the task's expected calls carry `after` constraints
     stop_reason: str
     latency_s: float
     prompt_tokens: int
@@ -183,6 +191,59 @@ def _latency_s(traj: Trajectory) -> float:
         return 0.0
 
 
+def _pinned(gold_columns: list[str], pred_columns: list[str]) -> dict[int, int]:
+    """Gold column -> the one prediction column with the same name: a column labelled like a gold
+    column claims its meaning, so two same-typed counts cannot trade places."""
+    names = [c.lower() for c in pred_columns]
+    return {j: names.index(c.lower()) for j, c in enumerate(gold_columns) if names.count(c.lower()) == 1}
+
+
+def execution_match(
+    task: Task, sql: str | None, gold: GoldCache, executor: ReadOnlyExecutor
+) -> tuple[str, bool, list[list[Any]] | None]:
+    """(status of the agent's SQL re-run now, whether it matches a gold, the gold rows answer points
+    are read from: the matching gold's, else the first's)."""
+    pred: list[list[Any]] | None = None
+    pred_columns: list[str] = []
+    capped = False
+    status = "failure"
+    if sql:
+        try:
+            result = executor.run(sql)
+            pred = [[jsonable(v) for v in r] for r in result.rows]
+            pred_columns, capped = result.columns, result.capped
+            status = "success" if result.rows else "success_empty"
+        except (QueryFailed, SqlRefused):
+            pred = None
+    gold_rows: list[list[Any]] | None = None
+    for gold_sql in task.gold_sql:
+        columns, rows = gold.get(gold_sql)
+        gold_rows = gold_rows if gold_rows is not None else rows
+        keys = order_key_columns(gold_sql, columns) if task.result.order_matters else None
+        if match(
+            pred,
+            rows,
+            order_matters=task.result.order_matters,
+            rel_tol=task.result.numeric_tolerance,
+            order_keys=keys,
+            truncated=capped,  # a capped result is a sample, never a match
+            pinned=_pinned(columns, pred_columns),
+        ):
+            return status, True, rows
+    return status, False, gold_rows
+
+
+def _first_attempt_correct(task: Task, traj: Trajectory, gold: GoldCache, executor: ReadOnlyExecutor) -> bool | None:
+    """Time-series tasks: was the first execute_sql already right (seed: 时序查询首次正确率)?"""
+    if task.type is not TaskType.time_series or not task.answerable:
+        return None
+    first = next((c for c in traj.tool_calls() if c.name == "execute_sql"), None)
+    sql = first.arguments.get("sql") if first is not None and isinstance(first.arguments, dict) else None
+    return bool(
+        first is not None and first.ok and isinstance(sql, str) and execution_match(task, sql, gold, executor)[1]
+    )
+
+
 def score_instance(
     task: Task, traj: Trajectory, repeat: int, gold: GoldCache, executor: ReadOnlyExecutor
 ) -> InstanceScore:
@@ -190,29 +251,11 @@ def score_instance(
     signature = Counter(
         (c.name, json.dumps(c.arguments, sort_keys=True, ensure_ascii=False, default=str)) for c in calls
     )
-    pred: list[list[Any]] | None = None
-    status = "failure"
-    if traj.final_sql:
-        try:
-            result = executor.run(traj.final_sql)
-            pred = [[jsonable(v) for v in r] for r in result.rows]
-            status = "success" if result.rows else "success_empty"
-        except (QueryFailed, SqlRefused):
-            pred = None
-    gold_rows: list[list[Any]] | None = None
-    exec_match = False
-    for sql in task.gold_sql:
-        columns, rows = gold.get(sql)
-        gold_rows = gold_rows if gold_rows is not None else rows
-        keys = order_key_columns(sql, columns) if task.result.order_matters else None
-        if match(
-            pred, rows, order_matters=task.result.order_matters, rel_tol=task.result.numeric_tolerance, order_keys=keys
-        ):
-            exec_match, gold_rows = True, rows
-            break
+    status, exec_match, gold_rows = execution_match(task, traj.final_sql, gold, executor)
     coverage, missed_points = answer_coverage(task, traj.final_answer, gold_rows, traj.language)
     correct = exec_match if task.answerable else (traj.final_sql is None and bool(REFUSAL.search(traj.final_answer)))
     precision, recall, order_ok = expected_call_scores(task, traj)
+    stated, unsupported = unsupported_numbers(traj)
     asked = bool(traj.clarifications)
     if task.type is TaskType.clarification:
         revealed = {s for c in traj.clarifications for s in c["slots"]}
@@ -240,6 +283,12 @@ def score_instance(
         clarification_correct=clarification_correct,
         answer_coverage=coverage,
         missed_points=missed_points,
+        numbers_stated=stated,
+        unsupported_numbers=unsupported,
+        clarification_needed=task.type is TaskType.clarification,
+        clarification_rounds=len(traj.clarifications),
+        first_attempt_correct=_first_attempt_correct(task, traj, gold, executor),
+        declares_order=any(c.after for turn in task.turns for c in turn.expected_tool_calls),
         stop_reason=traj.stop_reason,
         latency_s=_latency_s(traj),
         prompt_tokens=sum(s.prompt_tokens for s in traj.steps),

@@ -1,5 +1,8 @@
 """MLflow: one parent run per evaluation, a child run per shard, metrics named so they line up in
-the comparison UI, trajectories as traces (a span per model call and per tool call)."""
+the comparison UI, trajectories as traces (a span per model call and per tool call).
+
+Logging the same evaluation again (a retried Airflow task, `evalpkg score RUN`) reuses its parent
+and child runs, found by their tags, and replaces the parent's traces: one parent per run id."""
 
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ from evalpkg.pipeline.metrics import flat_metrics, summarize
 from evalpkg.pipeline.score import InstanceScore
 
 EXPERIMENT = "emr-agent-benchmark"
+RUN_ID_TAG = "evalpkg.run_id"  # on the parent and every child: the evalpkg run they belong to
+SHARD_TAG = "evalpkg.shard"  # on a child: its shard
+PARENT_TAG = "mlflow.parentRunId"  # MLflow's own tag on nested runs
 
 
 def _ns(stamp: str) -> int | None:
@@ -78,16 +84,30 @@ def log_run(
     artifacts: list[Path],
     max_traces: int | None = None,
 ) -> str:
-    """Returns the parent MLflow run id."""
+    """Returns the parent MLflow run id; logging the same run id again reuses that parent."""
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")
+    # Telemetry off (it must be set before mlflow is imported): it cannot reach its endpoint here, and its
+    # session id, kept in os.environ, raced with requests reading the environment in a retried DAG task.
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import mlflow
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     mlflow.set_tracking_uri(tracking_uri)
     try:
-        mlflow.set_experiment(EXPERIMENT)
+        experiment_id = mlflow.set_experiment(EXPERIMENT).experiment_id
     except Exception as exc:
         raise ServiceError(f"MLflow at {tracking_uri} is unreachable: {str(exc).splitlines()[0][:200]}") from exc
+    client = mlflow.MlflowClient()
+    tagged = _runs_of(client, experiment_id, run_id)
+    parents = [r for r in tagged if PARENT_TAG not in r.data.tags]
+    parent_id = parents[0].info.run_id if parents else None
+    children = {
+        int(r.data.tags[SHARD_TAG]): r.info.run_id
+        for r in reversed(tagged)  # the newest child of a shard wins
+        if parent_id and r.data.tags.get(PARENT_TAG) == parent_id and r.data.tags.get(SHARD_TAG, "").isdigit()
+    }
+    if parent_id:
+        _delete_traces(client, experiment_id, parent_id)
     params = config.model_dump(mode="json", exclude={"api_key"})
     params.update(
         testset_version=testset_version,
@@ -97,12 +117,25 @@ def log_run(
     )
     by_id = {s.instance_id: s for s in scores}
     # MLflow prints run links on stdout; keep stdout for our own output (report path).
-    with contextlib.redirect_stdout(sys.stderr), mlflow.start_run(run_name=f"{config.name} {run_id}") as parent:
+    with (
+        contextlib.redirect_stdout(sys.stderr),
+        # the run id tag goes on at creation, so a run that an interrupted attempt left behind is found
+        mlflow.start_run(
+            run_id=parent_id,
+            run_name=None if parent_id else f"{config.name} {run_id}",
+            tags={RUN_ID_TAG: run_id, "benchmark": "emr-agent", "model": config.model, "agent": config.agent},
+        ) as parent,
+    ):
         mlflow.log_params({k: str(v) for k, v in params.items()})
-        mlflow.set_tags({"benchmark": "emr-agent", "model": config.model, "agent": config.agent})
         mlflow.log_metrics(flat_metrics(table))
         for shard, ids in sorted(shards.items()):
-            with mlflow.start_run(run_name=f"shard {shard}", nested=True):
+            child_id = children.get(shard)
+            with mlflow.start_run(
+                run_id=child_id,
+                run_name=None if child_id else f"shard {shard}",
+                nested=True,
+                tags={RUN_ID_TAG: run_id, SHARD_TAG: str(shard)},
+            ):
                 mlflow.log_params({"shard": shard, "run_id": run_id, "instances": len(ids)})
                 shard_scores = [by_id[i] for i in ids if i in by_id]
                 mlflow.log_metrics({k: v for k, v in summarize(shard_scores).items() if v == v})
@@ -112,3 +145,26 @@ def log_run(
             if path.exists():
                 mlflow.log_artifact(str(path))
         return str(parent.info.run_id)
+
+
+def _runs_of(client: Any, experiment_id: str, run_id: str) -> list[Any]:
+    """Every active MLflow run tagged with this evalpkg run id, newest first. MLflow's filter strings
+    have no escapes: quote with the quote the id lacks, or (it has both) match every tagged run here."""
+    quote = '"' if "'" in run_id else "'"
+    value = f"{quote}{run_id}{quote}" if quote not in run_id else None
+    runs = client.search_runs(
+        [experiment_id],
+        f"tags.`{RUN_ID_TAG}` = {value}" if value else f"tags.`{RUN_ID_TAG}` LIKE '%'",
+        max_results=1000 if value else 50000,
+        order_by=["attributes.start_time DESC"],
+    )
+    return [r for r in runs if r.data.tags.get(RUN_ID_TAG) == run_id]
+
+
+def _delete_traces(client: Any, experiment_id: str, mlflow_run_id: str) -> None:
+    """A reused parent gets its traces again: drop the ones an earlier attempt logged."""
+    while traces := client.search_traces(
+        locations=[experiment_id], run_id=mlflow_run_id, include_spans=False, max_results=100
+    ):
+        if not client.delete_traces(experiment_id, trace_ids=[t.info.trace_id for t in traces]):
+            return

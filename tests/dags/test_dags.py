@@ -44,7 +44,6 @@ def dagbag(synced: SyncReport, generated: Settings, tmp_path_factory: pytest.Tem
             capture_output=True,
             env=os.environ.copy(),
         )
-        import great_expectations  # noqa: F401
         from airflow.dag_processing.dagbag import DagBag
 
         yield DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
@@ -82,12 +81,14 @@ def test_params_reject_bad_values(dagbag: Any) -> None:
     from airflow.sdk.definitions.param import ParamValidationError  # type: ignore[import-not-found]
 
     dag = dagbag.get_dag("agent_eval")
-    for bad in (
+    for bad in (  # each rule comes from RunConfig's JSON schema (or RUN_OPTIONS), none from the DAG file
         {"shards": 0},
         {"languages": ["fr"]},
         {"agent": "drop table"},
         {"strategy": "magic"},
-        {"testset_version": "latest"},
+        {"limit": 0},
+        {"testset_version": 2},
+        {"worker": "gpu"},
     ):
         params = copy.deepcopy(dag.params)
         with pytest.raises(ParamValidationError):
@@ -96,7 +97,14 @@ def test_params_reject_bad_values(dagbag: Any) -> None:
             params.validate()
     ok = copy.deepcopy(dag.params)
     ok["shards"] = 3
+    ok["endpoint"] = ok["testset_version"] = ok["limit"] = None  # empty = RunConfig's default
     ok.validate()
+
+
+def test_shards_run_on_the_gpu_queue_labelled_by_shard(dagbag: Any) -> None:
+    execute = dagbag.get_dag("agent_eval").get_task("execute")
+    assert (execute.pool, execute.queue) == ("gpu", "gpu")
+    assert execute.map_index_template == "shard {{ task.op_kwargs['shard'] }}"
 
 
 def test_agent_eval_runs_end_to_end_and_lands_in_mlflow(dagbag: Any, generated: Settings) -> None:
@@ -111,6 +119,8 @@ def test_agent_eval_runs_end_to_end_and_lands_in_mlflow(dagbag: Any, generated: 
             run_conf={"limit": 3, "shards": 2, "languages": ["zh"], "name": "dag-test"}
         )
         assert str(run.state) == "success"
+        shard_labels = {ti.rendered_map_index for ti in run.get_task_instances() if ti.task_id == "execute"}
+        assert shard_labels == {"shard 0", "shard 1"}
         with store.results_db(generated) as conn:
             run_id, mlflow_id = conn.execute(
                 "select run_id, mlflow_run_id from results.run where name = 'dag-test' order by created_at desc limit 1"
