@@ -1,22 +1,29 @@
 """Database-level guard: the agents' read-only role, a read-only transaction, a per-statement timeout
-and a row cap. The role's own defaults can be switched off by the role itself, so every statement
-sets its limits again inside its transaction."""
+and a row cap enforced while fetching. The role's own defaults can be switched off by the role
+itself, so every statement sets its limits again inside its transaction. Statements borrow one of a
+few pooled sessions, so a shard's many dialogues need few PostgreSQL connections."""
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from evalpkg.agent.sqlguard import check
-from evalpkg.db import first_line
+from evalpkg.db import first_line, pool
+from evalpkg.errors import ServiceError
 
 DEFAULT_TIMEOUT_MS = 5_000
 DEFAULT_ROW_CAP = 10_000
+COUNT_BUDGET_MS = 1_000  # counting the rows past the cap is worth this much server time, no more
 
 
 class QueryFailed(Exception):
@@ -27,9 +34,10 @@ class QueryFailed(Exception):
 class QueryResult:
     columns: list[str]
     rows: list[list[Any]]
-    total_rows: int
-    capped: bool  # more rows existed than the cap; total_rows came from a count
+    total_rows: int  # when not total_known: a lower bound, "more than len(rows)"
+    capped: bool  # more rows existed than the cap; only the first cap rows were fetched
     elapsed_ms: float
+    total_known: bool = True  # false when counting past the cap was not cheap
 
 
 def jsonable(value: Any) -> Any:
@@ -44,55 +52,93 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+def _read_only(conn: psycopg.Connection) -> None:
+    conn.read_only = True  # every transaction psycopg starts is BEGIN READ ONLY
+
+
 class ReadOnlyExecutor:
-    def __init__(self, url: str, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, row_cap: int = DEFAULT_ROW_CAP) -> None:
+    """Thread-safe: each statement borrows one of `pool_size` sessions for its transaction only."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        row_cap: int = DEFAULT_ROW_CAP,
+        pool_size: int = 1,
+    ) -> None:
         self.url = url
         self.timeout_ms = timeout_ms
         self.row_cap = row_cap
-        self._conn: psycopg.Connection | None = None
+        self.pool_size = pool_size
+        self._pool: ConnectionPool | None = None
+        self._lock = threading.Lock()
 
-    def _connection(self) -> psycopg.Connection:
-        if self._conn is None or self._conn.closed:
-            try:
-                self._conn = psycopg.connect(self.url, autocommit=False, connect_timeout=5)
-                self._conn.read_only = True
-            except psycopg.OperationalError as exc:
-                raise QueryFailed(f"eval DB unreachable: {first_line(exc)}") from exc
-        return self._conn
+    def _sessions(self) -> ConnectionPool:
+        with self._lock:
+            if self._pool is None:
+                try:
+                    self._pool = pool(self.url, self.pool_size, name="eval-db", autocommit=False, configure=_read_only)
+                except ServiceError as exc:
+                    raise QueryFailed(f"eval DB unreachable: {exc}") from exc
+            return self._pool
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection]:
+        try:
+            with self._sessions().connection() as conn, conn.transaction():
+                # one round trip for the limits; SET LOCAL ends with the transaction. A cursor plans
+                # as the plain query would (cursor_tuple_fraction 1), so ties fall the same way.
+                conn.execute(
+                    "select set_config('statement_timeout', %s, true), "
+                    "set_config('idle_in_transaction_session_timeout', '60000', true), "
+                    "set_config('cursor_tuple_fraction', '1', true)",
+                    (str(int(self.timeout_ms)),),
+                )
+                yield conn
+        except PoolTimeout as exc:
+            raise QueryFailed(f"eval DB busy: no free session ({first_line(exc)})") from exc
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """A trusted, parametrized query (the plan toolset's catalog lookups), under the same limits."""
+        with self._transaction() as conn:
+            return list(conn.execute(sql, params).fetchall())
 
     def run(self, sql: str, *, checked: bool = False) -> QueryResult:
         if not checked:
             check(sql)  # raises SqlRefused
-        conn = self._connection()
         t0 = time.perf_counter()
         try:
-            with conn.transaction():  # BEGIN READ ONLY: the connection is read-only
-                # one round trip for both limits; SET LOCAL ends with the transaction
-                conn.execute(
-                    "select set_config('statement_timeout', %s, true), "
-                    "set_config('idle_in_transaction_session_timeout', '60000', true)",
-                    (str(int(self.timeout_ms)),),
-                )
-                cur = conn.execute(sql)  # parse-checked above
-                if cur.description is None:
-                    raise QueryFailed("the statement returned no result set")
-                columns = [d.name for d in cur.description]
-                fetched = cur.fetchmany(self.row_cap + 1)
-                capped = len(fetched) > self.row_cap
-                total = len(fetched)
+            with self._transaction() as conn:
+                # a server-side cursor: at most cap + 1 rows ever reach this process
+                conn.execute(f"declare agent_query no scroll cursor for {sql}")  # parse-checked above
+                cur = conn.execute(f"fetch forward {self.row_cap + 1} from agent_query")
+                columns = [d.name for d in cur.description or []]
+                fetched = cur.fetchall()
+                total, known = len(fetched), True
+                capped = total > self.row_cap
                 if capped:
-                    fetched = fetched[: self.row_cap]
-                    row = conn.execute(f"select count(*) from ({sql}) as capped_query").fetchone()
-                    total = int(row[0]) if row else total
+                    del fetched[self.row_cap :]
+                    total, known = self._count_rest(conn, total)
         except psycopg.errors.QueryCanceled as exc:
             raise QueryFailed(f"query cancelled after the {self.timeout_ms} ms statement timeout") from exc
         except psycopg.Error as exc:
-            if conn.closed:
-                self._conn = None
             raise QueryFailed(first_line(exc)) from exc
         rows = [[jsonable(v) for v in r] for r in fetched]
-        return QueryResult(columns, rows, total, capped, (time.perf_counter() - t0) * 1000)
+        return QueryResult(columns, rows, total, capped, (time.perf_counter() - t0) * 1000, known)
+
+    def _count_rest(self, conn: psycopg.Connection, fetched: int) -> tuple[int, bool]:
+        """MOVE counts the rows past the cap on the server without sending them, within a small budget."""
+        budget = str(min(int(self.timeout_ms), COUNT_BUDGET_MS))
+        try:
+            with conn.transaction():  # a savepoint: a cancelled count keeps the rows already fetched
+                conn.execute("select set_config('statement_timeout', %s, true)", (budget,))
+                return fetched + conn.execute("move forward all in agent_query").rowcount, True
+        except (psycopg.errors.QueryCanceled, psycopg.errors.ConfigurationLimitExceeded):
+            return fetched, False

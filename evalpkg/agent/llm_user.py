@@ -5,10 +5,14 @@ so clarification scoring stays deterministic."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
+from evalpkg.agent.trajectory import RetryRecord
 from evalpkg.agent.user_sim import Clarification
 from evalpkg.testset.models import HiddenSlot, Language
+
+if TYPE_CHECKING:  # the openai SDK is imported only by runs that call a model
+    from evalpkg.agent.model_client import ModelClient
 
 SYSTEM = {
     Language.zh: "你是一位临床医生，正在向数据助手提需求。只根据下面的事实回答助手的澄清问题，一两句话；"
@@ -23,13 +27,15 @@ class LLMUser:
     hidden_slots: list[HiddenSlot]
     language: Language
     model: str
-    client: Any  # openai.OpenAI
+    client: ModelClient  # the shard's, shared with the agent
     temperature: float = 0.0
     asked: list[Clarification] = field(default_factory=list)
 
     def answer(self, question: str) -> str:
         facts = "\n".join(f"- {s.slot}: {s.answer[self.language]}" for s in self.hidden_slots) or "- (none)"
-        response = self.client.chat.completions.create(
+        retries: list[RetryRecord] = []
+        response = self.client.chat(
+            retries,
             model=self.model,
             temperature=self.temperature,
             messages=[
@@ -40,7 +46,7 @@ class LLMUser:
         text = (response.choices[0].message.content or "").strip()
         q = question.lower()
         slots: list[str] = [s.slot for s in self.hidden_slots if any(k.lower() in q for k in s.keywords)]
-        self.asked.append(Clarification(question, slots, text))
+        self.asked.append(Clarification(question, slots, text, retries))
         return text
 
     @property

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from evalpkg.agent.parser import parse
 from evalpkg.agent.tools import Toolkit, openai_tools
-from evalpkg.agent.trajectory import Step, ToolCallRecord, Trajectory, now, sha256_text
+from evalpkg.agent.trajectory import RetryRecord, Step, ToolCallRecord, Trajectory, now, sha256_text
 
 PROMPT_VERSION = "react_v1"
 NUDGE = "Reply with one tool call or a final answer in the JSON format."
@@ -38,6 +38,12 @@ class ModelTurn:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str = ""
+    retries: list[RetryRecord] = field(default_factory=list)
+
+    @classmethod
+    def failed(cls, exc: Exception, retries: list[RetryRecord] | None = None) -> ModelTurn:
+        """An endpoint failure is an outcome, not a crash."""
+        return cls(error=f"{type(exc).__name__}: {str(exc)[:300]}", retries=retries or [])
 
 
 class Policy(Protocol):
@@ -121,8 +127,8 @@ def run_dialogue(
         t0 = time.perf_counter()
         try:
             turn = policy.next(messages, tools)
-        except Exception as exc:  # an endpoint failure is an outcome, not a crash
-            turn = ModelTurn(error=f"{type(exc).__name__}: {str(exc)[:300]}")
+        except Exception as exc:
+            turn = ModelTurn.failed(exc)
         step = Step(
             index=index,
             started_at=started,
@@ -132,6 +138,7 @@ def run_dialogue(
             prompt_tokens=turn.prompt_tokens,
             completion_tokens=turn.completion_tokens,
             latency_ms=(time.perf_counter() - t0) * 1000,
+            retries=turn.retries,
         )
         traj.steps.append(step)
         if turn.error:
@@ -233,7 +240,9 @@ def run_dialogue(
         traj.final_answer = traj.final_answer or _summary_answer(toolkit)
     if toolkit.user is not None:
         traj.clarifications = [
-            {"question": c.question, "slots": c.slots, "answer": c.answer} for c in toolkit.user.asked
+            {"question": c.question, "slots": c.slots, "answer": c.answer}
+            | ({"retries": [r.model_dump() for r in c.retries]} if c.retries else {})
+            for c in toolkit.user.asked
         ]
     traj.ended_at = now()
     return traj

@@ -29,9 +29,7 @@ class PlanToolkit(Toolkit):
     """Stateless catalog lookups; every one is a single query on pg_catalog/pg_stats."""
 
     def _catalog_query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        conn = self.executor._connection()
-        with conn.transaction():
-            return list(conn.execute(sql, params).fetchall())
+        return self.executor.query(sql, params)
 
     def _table(self, name: str) -> tuple[str, str]:
         table = self.shared.catalog.resolve(name)

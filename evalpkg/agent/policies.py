@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from evalpkg.agent.loop import ModelTurn, prompt
+from evalpkg.agent.trajectory import RetryRecord
 from evalpkg.testset.models import ArgConstraint, Language, Task
+
+if TYPE_CHECKING:  # the openai SDK is imported only by runs that call a model
+    from evalpkg.agent.model_client import ModelClient
 
 TIME_SWAPS = {"cyrq": "ryrq", "ryrq": "cyrq", "report_time": "cysj", "cysj": "report_time", "kssj": "jssj"}
 
@@ -135,22 +139,12 @@ class OpenAIPolicy:
     """Any OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp server) with native tool
     calls; models that answer in text are read by the tolerant parser in the loop."""
 
+    client: ModelClient  # the shard's, shared by every dialogue
     model: str
-    base_url: str
-    api_key: str = "EMPTY"
     temperature: float = 0.0
     seed: int | None = 0
     native_tools: bool = True
-    timeout_s: float = 120.0
     name: str = "openai"
-    _client: Any = field(default=None, repr=False)
-
-    def _chat(self) -> Any:
-        if self._client is None:
-            from openai import OpenAI
-
-            self._client = OpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout_s, max_retries=1)
-        return self._client
 
     def next(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelTurn:
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature}
@@ -162,7 +156,11 @@ class OpenAIPolicy:
             listing = "\n".join(f"- {t['function']['name']}: {t['function']['description']}" for t in tools)
             system = messages[0]["content"] + "\n\n" + prompt("text_protocol_v1").replace("{tools}", listing)
             kwargs["messages"] = [{"role": "system", "content": system}, *messages[1:]]
-        response = self._chat().chat.completions.create(**kwargs)
+        retries: list[RetryRecord] = []
+        try:
+            response = self.client.chat(retries, **kwargs)
+        except Exception as exc:
+            return ModelTurn.failed(exc, retries)
         choice = response.choices[0].message
         usage = getattr(response, "usage", None)
         calls = [(c.id or _cid(), c.function.name, c.function.arguments or "{}") for c in (choice.tool_calls or [])]
@@ -173,4 +171,5 @@ class OpenAIPolicy:
             reasoning=str(getattr(choice, "reasoning_content", "") or ""),
             prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
             completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            retries=retries,
         )

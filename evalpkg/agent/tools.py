@@ -183,7 +183,7 @@ class Toolkit:
         rid = uuid.uuid4().hex[:8]
         self.results[rid] = result
         out.update(_page(result, rid, 0))
-        self.last_result = {"columns": result.columns, "rows": result.rows[:PAGE_ROWS], "total_rows": result.total_rows}
+        self.last_result = {"columns": result.columns, "rows": result.rows[:PAGE_ROWS], "total_rows": _total(result)}
         return out
 
     def fetch_page(self, result_id: str, page: int) -> dict[str, Any]:
@@ -346,14 +346,20 @@ def _summary(result: QueryResult) -> dict[str, Any]:
     return summary
 
 
+def _total(result: QueryResult) -> int | str:
+    """The true row count, or what is known of it when counting past the cap was not cheap."""
+    return result.total_rows if result.total_known else f"more than {len(result.rows)}"
+
+
 def _page(result: QueryResult, rid: str, page: int) -> dict[str, Any]:
     start = page * PAGE_ROWS
     rows = result.rows[start : start + PAGE_ROWS]
+    total = _total(result)
     out: dict[str, Any] = {
         "result_id": rid,
         "columns": result.columns,
         "rows": rows,
-        "total_rows": result.total_rows,
+        "total_rows": total,
         "status": "success_empty" if result.total_rows == 0 else "success",
     }
     if result.total_rows > PAGE_ROWS:
@@ -361,7 +367,7 @@ def _page(result: QueryResult, rid: str, page: int) -> dict[str, Any]:
             page=page,
             pages=(min(len(result.rows), result.total_rows) - 1) // PAGE_ROWS + 1,
             column_summary=_summary(result),
-            note=f"showing rows {start + 1}-{start + len(rows)} of {result.total_rows}; use fetch_page"
+            note=f"showing rows {start + 1}-{start + len(rows)} of {total}; use fetch_page"
             + (f"; only the first {len(result.rows)} rows can be paged, narrow the query" if result.capped else ""),
         )
     return out

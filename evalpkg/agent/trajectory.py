@@ -43,6 +43,14 @@ class ToolCallRecord(BaseModel):
     elapsed_ms: float
 
 
+class RetryRecord(BaseModel):
+    """One failed model call that was tried again (429, 5xx, a dropped connection)."""
+
+    attempt: int  # 1 = the first call failed
+    error: str
+    wait_s: float  # backoff slept before the next attempt
+
+
 class Step(BaseModel):
     index: int
     started_at: str
@@ -55,6 +63,7 @@ class Step(BaseModel):
     latency_ms: float = 0.0
     parse_error: str = ""
     user_message: str = ""  # a simulated user's reply injected after this step
+    retries: list[RetryRecord] = []  # failed attempts of this step's model call; default keeps old records loadable
 
 
 class Trajectory(BaseModel):

@@ -9,6 +9,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from evalpkg.agent.trajectory import RetryRecord
 from evalpkg.testset.models import HiddenSlot, Language
 
 
@@ -25,6 +26,7 @@ class Clarification:
     question: str
     slots: list[str]
     answer: str
+    retries: list[RetryRecord] = field(default_factory=list)  # an LLM-played clinician's failed calls
 
 
 @dataclass

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from evalpkg.testset.models import Complexity, Language
 
 RUN_CONFIG_FORMAT_VERSION = 1
+THROUGHPUT_FIELDS = ("max_in_flight", "eval_db_pool", "results_db_pool")
 PERTURBATIONS = ("wrong_time_field", "dropped_null_handling", "wrong_column", "extra_calls")
 
 
@@ -48,6 +49,11 @@ class RunConfig(BaseModel):
     supplementary_schema: bool = True
     schema_hint: bool = True
     schema_retrieval: bool = True
+    # Throughput only, outside the fingerprint: model requests in flight per endpoint (default: concurrency)
+    # and each shard's PostgreSQL sessions, however many dialogues are in flight.
+    max_in_flight: int | None = Field(default=None, ge=1)
+    eval_db_pool: int = Field(default=8, ge=1, le=64)
+    results_db_pool: int = Field(default=2, ge=1, le=16)
 
     @field_validator("agent")
     @classmethod
@@ -71,5 +77,5 @@ class RunConfig(BaseModel):
 
     def fingerprint(self) -> str:
         """What makes results comparable, without the name, sharding or concurrency."""
-        data = self.model_dump(mode="json", exclude={"name", "shards", "concurrency", "api_key"})
+        data = self.model_dump(mode="json", exclude={"name", "shards", "concurrency", "api_key", *THROUGHPUT_FIELDS})
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]

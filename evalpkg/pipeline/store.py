@@ -121,15 +121,22 @@ def record(conn: psycopg.Connection, run_id: str, shard: int, traj: Trajectory) 
     return cur.rowcount == 1
 
 
+def _stream(conn: psycopg.Connection, run_id: str, shard: int | None) -> Iterator[Trajectory]:
+    """A server-side cursor: a shard's trajectories never sit in memory all at once."""
+    query = "select body from results.trajectory where run_id = %s"
+    params: tuple[Any, ...] = (run_id,)
+    if shard is not None:
+        query += " and shard = %s"
+        params += (shard,)
+    with conn.transaction(), conn.cursor(name="trajectories") as cur:
+        cur.execute(query + " order by instance_id", params)
+        for (body,) in cur:
+            yield Trajectory.model_validate(body)
+
+
 def trajectories(settings: Settings, run_id: str, shard: int | None = None) -> list[Trajectory]:
     with results_db(settings) as conn:
-        query = "select body from results.trajectory where run_id = %s"
-        params: tuple[Any, ...] = (run_id,)
-        if shard is not None:
-            query += " and shard = %s"
-            params += (shard,)
-        rows = conn.execute(query + " order by instance_id", params).fetchall()
-    return [Trajectory.model_validate(r[0]) for r in rows]
+        return list(_stream(conn, run_id, shard))
 
 
 def export_jsonl(settings: Settings, run_id: str, shard: int) -> Path:
@@ -137,8 +144,8 @@ def export_jsonl(settings: Settings, run_id: str, shard: int) -> Path:
     path = run_dir(settings, run_id) / f"shard-{shard:03d}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for t in trajectories(settings, run_id, shard):
+    with results_db(settings) as conn, tmp.open("w", encoding="utf-8") as f:
+        for t in _stream(conn, run_id, shard):
             f.write(json.dumps(t.model_dump(mode="json"), ensure_ascii=False) + "\n")
     tmp.replace(path)
     return path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 
 import psycopg
@@ -26,6 +27,10 @@ FOREIGN_SCHEMAS = {"his": "src_his", "meta": "src_meta", "ops": "src_ops"}
 MART_SCHEMAS = ("emr", "meta", "ops")
 KEY_SCHEMA, KEY_TABLE = "deid_secret", "hmac_key"
 MIN_KEY_BYTES = 32
+# One agent query may sort or hash in this much memory per node and spill at most this much to disk:
+# a cross join fails with a tool error instead of exhausting the server.
+AGENT_WORK_MEM = "16MB"
+AGENT_TEMP_FILE_LIMIT = "1GB"
 
 
 def _ident(name: str) -> sql.Identifier:
@@ -48,6 +53,14 @@ def ensure_roles(settings: Settings) -> None:
                 _ident(AGENT_ROLE), sql.Literal(f"{settings.agent_statement_timeout_ms}ms")
             )
         )
+        conn.execute(sql.SQL("alter role {} set work_mem = {}").format(_ident(AGENT_ROLE), sql.Literal(AGENT_WORK_MEM)))
+        # superuser-only, so beyond the role's own reach; an external server's admin may lack the right
+        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+            conn.execute(
+                sql.SQL("alter role {} set temp_file_limit = {}").format(
+                    _ident(AGENT_ROLE), sql.Literal(AGENT_TEMP_FILE_LIMIT)
+                )
+            )
         for db in (PROD_DB, EVAL_DB, RESULTS_DB):
             conn.execute(sql.SQL("revoke connect, temporary on database {} from public").format(_ident(db)))
         conn.execute(sql.SQL("grant connect on database {} to {}").format(_ident(PROD_DB), _ident(PROD_READER_ROLE)))

@@ -243,11 +243,11 @@ def test_prompt_rules_can_be_switched_off() -> None:
 def test_llm_played_user_answers_and_slot_matching_stays_deterministic() -> None:
     calls: list[dict[str, Any]] = []
 
-    def create(**kw: Any) -> Any:
+    def chat(retries: list[Any], **kw: Any) -> Any:
         calls.append(kw)
         return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=" 最近3个月 "))])
 
-    client = SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create)))
+    client: Any = SimpleNamespace(chat=chat)  # a ModelClient's interface
     slot = HiddenSlot(
         slot="time_range",
         value="3 months",

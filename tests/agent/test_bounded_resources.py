@@ -1,0 +1,139 @@
+"""Runaway queries never reach the harness's memory (the row cap is enforced while fetching), many
+dialogues share a few database sessions, the tool cache is bounded, and the agents' role carries
+memory and temp-file limits on the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+
+from evalpkg.agent.cache import ENTRY_ROWS, ToolCache
+from evalpkg.agent.executor import DEFAULT_ROW_CAP, QueryResult, ReadOnlyExecutor
+from evalpkg.agent.loop import run_dialogue
+from evalpkg.agent.policies import ScriptedPolicy
+from evalpkg.agent.session import agent_url
+from evalpkg.agent.tools import Shared
+from evalpkg.db import connect
+from evalpkg.settings import Settings
+from evalpkg.sync.bootstrap import AGENT_TEMP_FILE_LIMIT, AGENT_WORK_MEM
+from tests.agent.test_guards import make_toolkit
+
+CROSS_JOIN = "select * from emr.t_lab_result a cross join emr.t_lab_result b"
+SERIES_MATERIALIZED = "select g from generate_series(1, 200000000) as g"
+SERIES_STREAMED = "select generate_series(1, 200000000) as g"
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class PeakRss:
+    """The most this process grew above where it started, sampled every 5 ms."""
+
+    def __enter__(self) -> PeakRss:
+        self.start = self.peak = rss_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, rss_mb())
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mb())
+
+    @property
+    def growth_mb(self) -> float:
+        return self.peak - self.start
+
+
+def test_runaway_queries_stay_out_of_harness_memory_and_the_dialogue_goes_on(
+    generated: Settings, shared: Shared
+) -> None:
+    toolkit = make_toolkit(generated, shared, timeout_ms=2000)
+    toolkit.executor.run("select 1")  # the pooled session is open before measuring
+    plan = [[("execute_sql", {"sql": sql})] for sql in (CROSS_JOIN, SERIES_MATERIALIZED, SERIES_STREAMED)]
+    plan.append([("execute_sql", {"sql": "select count(*) as n from emr.t_patient_info"})])
+    try:
+        with PeakRss() as rss:
+            traj = run_dialogue(
+                ScriptedPolicy("runaway", plan, final="done"),
+                toolkit,
+                instance_id="i-1",
+                task_id="t-1",
+                language="zh",
+                complexity="plain",
+                question="q",
+            )
+    finally:
+        toolkit.executor.close()
+    assert rss.growth_mb < 64, f"the harness grew {rss.growth_mb:.0f} MB"
+    cross, materialized, streamed, count = traj.tool_calls()
+    for capped in (cross, streamed):  # the first cap rows, and the total as far as it is cheap to know
+        content = json.loads(capped.result)
+        assert capped.ok and len(content["rows"]) == 200 and content["total_rows"] == f"more than {DEFAULT_ROW_CAP}"
+        assert "narrow the query" in content["note"]
+    assert not materialized.ok and "statement timeout" in (materialized.error or "")  # one line, for the model
+    assert count.ok and json.loads(count.result)["rows"][0][0] > 0
+    assert traj.stop_reason == "final_answer" and traj.final_answer == "done"
+
+
+def test_capped_results_report_the_true_total_when_it_is_cheap(generated: Settings) -> None:
+    executor = ReadOnlyExecutor(agent_url(generated), row_cap=100)
+    try:
+        result = executor.run("select g from generate_series(1, 5000) as g")
+    finally:
+        executor.close()
+    assert result.capped and result.total_known and result.total_rows == 5000 and len(result.rows) == 100
+
+
+def test_many_threads_share_a_few_sessions(generated: Settings) -> None:
+    executor = ReadOnlyExecutor(agent_url(generated), pool_size=3)
+    try:
+        with ThreadPoolExecutor(24) as pool:
+            results = list(
+                pool.map(lambda _: executor.run("select pg_backend_pid() as pid, pg_sleep(0.02)"), range(48))
+            )
+    finally:
+        executor.close()
+    assert len({r.rows[0][0] for r in results}) <= 3
+
+
+def test_tool_cache_is_bounded_by_the_rows_it_holds() -> None:
+    cache = ToolCache("snap", max_rows=1000)
+    for i in range(50):
+        cache.put("execute_sql", f"q{i}", QueryResult(["n"], [[i]] * 90, 90, False, 1.0))
+    assert cache._rows <= 1000 and len(cache._data) == 1000 // (90 + ENTRY_ROWS)
+    assert cache.get("execute_sql", "q0") is None and cache.get("execute_sql", "q49") is not None
+
+
+def test_agent_role_has_memory_and_temp_file_limits(generated: Settings) -> None:
+    with connect(agent_url(generated)) as conn:
+        assert conn.execute("show work_mem").fetchone() == (AGENT_WORK_MEM,)
+        assert conn.execute("show temp_file_limit").fetchone() == (AGENT_TEMP_FILE_LIMIT,)
+
+
+def test_pool_wait_is_a_tool_error_not_a_crash(generated: Settings, shared: Shared) -> None:
+    executor = ReadOnlyExecutor(agent_url(generated), timeout_ms=3000)
+    toolkit = make_toolkit(generated, shared)
+    toolkit.executor = executor
+    try:
+        executor.run("select 1")
+        pool = executor._sessions()
+        with pool.connection():  # the only session is busy
+            pool.timeout = 0.2
+            t0 = time.perf_counter()
+            result = toolkit.call("execute_sql", {"sql": "select 2 as two"})
+        assert not result.ok and "eval DB busy" in (result.error or "") and time.perf_counter() - t0 < 2
+        assert toolkit.call("execute_sql", {"sql": "select 3 as three"}).content["rows"] == [[3]]
+    finally:
+        executor.close()
