@@ -1,17 +1,28 @@
-"""Wiring a run: shared catalog, index and cache; one toolkit (own connection, own simulated user)
-per task instance."""
+"""Wiring an instance from the run configuration, in one place for runs and tests alike: the shard's
+shared catalog, index and cache, its model client and read-only executor; per instance a toolkit
+(strategy, toolset, options), a simulated clinician, a policy and the dialogue limits."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from evalpkg.agent.cache import ToolCache
 from evalpkg.agent.executor import ReadOnlyExecutor
+from evalpkg.agent.loop import Limits, Policy
+from evalpkg.agent.plan_tools import PLAN_TOOL_NAMES, PlanToolkit
+from evalpkg.agent.policies import OpenAIPolicy, gold_policy, perturbation_policy
 from evalpkg.agent.schema import Catalog, SchemaIndex
-from evalpkg.agent.tools import Shared, Toolkit, ToolOptions
-from evalpkg.agent.user_sim import ScriptedUser
+from evalpkg.agent.tools import STATE_TOOL, TOOL_NAMES, Shared, Toolkit, ToolOptions
+from evalpkg.agent.user_sim import Clinician, ScriptedUser
 from evalpkg.dburl import with_user
+from evalpkg.errors import ConfigError
+from evalpkg.pipeline.config import RunConfig
 from evalpkg.settings import AGENT_ROLE, EVAL_DB, Settings
 from evalpkg.testset.gold import agent_connection, snapshot_version
-from evalpkg.testset.models import QuestionVariant, Task
+from evalpkg.testset.models import Language, Task
+
+if TYPE_CHECKING:  # the openai SDK is imported only by runs that call a model
+    from evalpkg.agent.model_client import ModelClient
 
 
 def load_shared(settings: Settings) -> Shared:
@@ -35,18 +46,97 @@ def agent_url(settings: Settings) -> str:
     return with_user(settings.db_url(EVAL_DB), AGENT_ROLE, settings.agent_password)
 
 
-def toolkit_for(
-    settings: Settings,
+def build_executor(settings: Settings, config: RunConfig) -> ReadOnlyExecutor:
+    """The shard's read-only executor: a small session pool shared by every dialogue."""
+    return ReadOnlyExecutor(agent_url(settings), timeout_ms=config.sql_timeout_ms, pool_size=config.eval_db_pool)
+
+
+def build_model_client(config: RunConfig) -> ModelClient | None:
+    """The shard's one client for its endpoint, shared by every dialogue and the LLM-played clinician."""
+    if config.agent != "openai":
+        return None
+    if not config.endpoint:
+        raise ConfigError("agent=openai needs --endpoint (an OpenAI-compatible base URL)")
+    from evalpkg.agent.model_client import ModelClient
+
+    return ModelClient(
+        config.endpoint,
+        config.api_key,
+        timeout_s=config.instance_timeout_s,
+        max_in_flight=config.max_in_flight or config.concurrency,
+    )
+
+
+def build_policy(config: RunConfig, task: Task, language: Language, client: ModelClient | None) -> Policy:
+    if config.agent == "gold":
+        return gold_policy(task, language)
+    if config.agent.startswith("perturb:"):
+        return perturbation_policy(task, config.agent.split(":", 1)[1], language)
+    if client is None:
+        raise ConfigError("agent=openai needs the shard's model client")
+    return OpenAIPolicy(
+        client=client,
+        model=config.model,
+        temperature=config.temperature,
+        seed=config.seed,
+        native_tools=config.native_tools,
+    )
+
+
+def build_clinician(config: RunConfig, task: Task, language: Language, client: ModelClient | None) -> Clinician:
+    if config.user_simulator == "scripted":
+        return ScriptedUser(task.hidden_slots, language)
+    from evalpkg.agent.llm_user import LLMUser
+
+    if client is None:
+        raise ConfigError("user_simulator llm needs the shard's model client")
+    return LLMUser(task.hidden_slots, language, config.model, client, config.temperature)
+
+
+def build_toolkit(
+    config: RunConfig,
     shared: Shared,
+    executor: ReadOnlyExecutor,
     task: Task,
-    variant: QuestionVariant,
-    options: ToolOptions | None = None,
-    executor: ReadOnlyExecutor | None = None,
+    language: Language,
+    question: str,
+    client: ModelClient | None = None,
 ) -> Toolkit:
+    """The strategy's toolkit and toolset, with the configured simulated clinician."""
+    clinician = build_clinician(config, task, language, client)
+    if config.strategy == "plan":
+        return PlanToolkit(
+            shared=shared,
+            executor=executor,
+            question=question,
+            user=clinician,
+            options=tool_options(config),
+            tool_names=PLAN_TOOL_NAMES,
+        )
+    names = (*TOOL_NAMES, STATE_TOOL) if config.toolset == "emr-v1+state" else TOOL_NAMES
     return Toolkit(
         shared=shared,
-        executor=executor or ReadOnlyExecutor(agent_url(settings)),
-        question=variant.text,
-        user=ScriptedUser(task.hidden_slots, variant.language),
-        options=options or ToolOptions(),
+        executor=executor,
+        question=question,
+        user=clinician,
+        options=tool_options(config),
+        tool_names=names,
+    )
+
+
+def tool_options(config: RunConfig) -> ToolOptions:
+    return ToolOptions(
+        time_confirmation=config.time_confirmation,
+        supplementary_schema=config.supplementary_schema,
+        schema_hint=config.schema_hint,
+        schema_retrieval=config.schema_retrieval,
+    )
+
+
+def build_limits(config: RunConfig) -> Limits:
+    return Limits(
+        max_steps=config.max_steps,
+        max_calls_per_tool=config.max_calls_per_tool,
+        max_calls_total=config.max_calls_total,
+        deadline_s=config.instance_timeout_s,
     )

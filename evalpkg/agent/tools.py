@@ -19,7 +19,7 @@ from evalpkg.agent.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.agent.schema import Catalog, SchemaIndex
 from evalpkg.agent.sqlguard import SqlRefused, check
 from evalpkg.agent.state import QueryState, asked, merge
-from evalpkg.agent.user_sim import ScriptedUser
+from evalpkg.agent.user_sim import Clinician
 from evalpkg.testset import fingerprint
 
 PAGE_ROWS = 200
@@ -80,7 +80,7 @@ class Toolkit:
     shared: Shared
     executor: ReadOnlyExecutor
     question: str = ""
-    user: ScriptedUser | None = None
+    user: Clinician | None = None
     options: ToolOptions = field(default_factory=ToolOptions)
     loaded_tables: set[str] = field(default_factory=set)
     confirmed_time_tables: set[str] = field(default_factory=set)

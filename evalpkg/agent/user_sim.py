@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 from evalpkg.agent.trajectory import RetryRecord
 from evalpkg.testset.models import HiddenSlot, Language
@@ -27,6 +27,14 @@ class Clarification:
     slots: list[str]
     answer: str
     retries: list[RetryRecord] = field(default_factory=list)  # an LLM-played clinician's failed calls
+
+
+class Clinician(Protocol):
+    """Who answers ask_clarify: the scripted clinician or an LLM-played one (llm_user.LLMUser)."""
+
+    asked: list[Clarification]
+
+    def answer(self, question: str) -> str: ...
 
 
 @dataclass

@@ -11,16 +11,20 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evalpkg.agent.executor import ReadOnlyExecutor
-from evalpkg.agent.loop import Limits, Policy, run_dialogue, system_prompt
-from evalpkg.agent.plan_tools import PLAN_TOOL_NAMES, PlanToolkit
-from evalpkg.agent.policies import OpenAIPolicy, gold_policy, perturbation_policy
-from evalpkg.agent.session import agent_url, load_shared
-from evalpkg.agent.tools import STATE_TOOL, TOOL_NAMES, Shared, Toolkit, ToolOptions
+from evalpkg.agent.loop import run_dialogue, system_prompt
+from evalpkg.agent.session import (
+    build_executor,
+    build_limits,
+    build_model_client,
+    build_policy,
+    build_toolkit,
+    load_shared,
+)
+from evalpkg.agent.tools import Shared
 from evalpkg.agent.trajectory import Trajectory
-from evalpkg.agent.user_sim import ScriptedUser
 from evalpkg.db import pool
 from evalpkg.errors import ConfigError, DataError
 from evalpkg.pipeline import store
@@ -44,88 +48,6 @@ class ShardReport:
     cache: dict[str, dict[str, int]]
 
 
-def make_model_client(config: RunConfig) -> ModelClient | None:
-    """The shard's one client for its endpoint, shared by every dialogue and the LLM-played clinician."""
-    if config.agent != "openai":
-        return None
-    if not config.endpoint:
-        raise ConfigError("agent=openai needs --endpoint (an OpenAI-compatible base URL)")
-    from evalpkg.agent.model_client import ModelClient
-
-    return ModelClient(
-        config.endpoint,
-        config.api_key,
-        timeout_s=config.instance_timeout_s,
-        max_in_flight=config.max_in_flight or config.concurrency,
-    )
-
-
-def make_policy(config: RunConfig, task: Task, language: Language, client: ModelClient | None) -> Policy:
-    if config.agent == "gold":
-        return gold_policy(task, language)
-    if config.agent.startswith("perturb:"):
-        return perturbation_policy(task, config.agent.split(":", 1)[1], language)
-    if client is None:
-        raise ConfigError("agent=openai needs the shard's model client")
-    return OpenAIPolicy(
-        client=client,
-        model=config.model,
-        temperature=config.temperature,
-        seed=config.seed,
-        native_tools=config.native_tools,
-    )
-
-
-def make_toolkit(
-    config: RunConfig,
-    shared: Shared,
-    executor: ReadOnlyExecutor,
-    task: Task,
-    lang: Language,
-    question: str,
-    client: ModelClient | None = None,
-) -> Toolkit:
-    """The strategy's toolkit and toolset, with the configured simulated clinician."""
-    user: Any = ScriptedUser(task.hidden_slots, lang)
-    if config.user_simulator == "llm":
-        from evalpkg.agent.llm_user import LLMUser
-
-        if client is None:
-            raise ConfigError("user_simulator llm needs the shard's model client")
-        user = LLMUser(task.hidden_slots, lang, config.model, client, config.temperature)
-    if config.strategy == "plan":
-        return PlanToolkit(
-            shared=shared,
-            executor=executor,
-            question=question,
-            user=user,
-            options=options(config),
-            tool_names=PLAN_TOOL_NAMES,
-        )
-    names = (*TOOL_NAMES, STATE_TOOL) if config.toolset == "emr-v1+state" else TOOL_NAMES
-    return Toolkit(
-        shared=shared, executor=executor, question=question, user=user, options=options(config), tool_names=names
-    )
-
-
-def options(config: RunConfig) -> ToolOptions:
-    return ToolOptions(
-        time_confirmation=config.time_confirmation,
-        supplementary_schema=config.supplementary_schema,
-        schema_hint=config.schema_hint,
-        schema_retrieval=config.schema_retrieval,
-    )
-
-
-def limits(config: RunConfig) -> Limits:
-    return Limits(
-        max_steps=config.max_steps,
-        max_calls_per_tool=config.max_calls_per_tool,
-        max_calls_total=config.max_calls_total,
-        deadline_s=config.instance_timeout_s,
-    )
-
-
 def run_instance(
     config: RunConfig,
     shared: Shared,
@@ -139,15 +61,15 @@ def run_instance(
     question = task.question(lang, level)
     followups = tuple(t.user[lang] for t in task.turns[1:] if t.user and not task.hidden_slots)
     return run_dialogue(
-        make_policy(config, task, lang, client),
-        make_toolkit(config, shared, executor, task, lang, question, client),
+        build_policy(config, task, lang, client),
+        build_toolkit(config, shared, executor, task, lang, question, client),
         instance_id=inst.instance_id,
         task_id=task.id,
         language=inst.language,
         complexity=inst.complexity,
         question=question,
         followups=followups,
-        limits=limits(config),
+        limits=build_limits(config),
         system_prompt=system_prompt(config.prompt_version, tuple(config.disabled_prompt_rules)),
     )
 
@@ -181,13 +103,9 @@ def execute_shard(
     todo = [i for i in mine if i.instance_id not in done]
     recorded = 0
     with ExitStack() as opened:  # closed in reverse order, also when opening one of them fails
-        executor = opened.enter_context(
-            closing(
-                ReadOnlyExecutor(agent_url(settings), timeout_ms=config.sql_timeout_ms, pool_size=config.eval_db_pool)
-            )
-        )
+        executor = opened.enter_context(closing(build_executor(settings, config)))
         results = opened.enter_context(pool(settings.db_url(RESULTS_DB), config.results_db_pool, name="results-db"))
-        client = make_model_client(config)
+        client = build_model_client(config)
         if client is not None:
             opened.callback(client.close)
 

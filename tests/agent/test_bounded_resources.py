@@ -16,11 +16,11 @@ from evalpkg.agent.executor import DEFAULT_ROW_CAP, QueryResult, ReadOnlyExecuto
 from evalpkg.agent.loop import run_dialogue
 from evalpkg.agent.policies import ScriptedPolicy
 from evalpkg.agent.session import agent_url
-from evalpkg.agent.tools import Shared
 from evalpkg.db import connect
+from evalpkg.pipeline.config import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.sync.bootstrap import AGENT_TEMP_FILE_LIMIT, AGENT_WORK_MEM
-from tests.agent.test_guards import make_toolkit
+from tests.agent.conftest import NewToolkit
 
 CROSS_JOIN = "select * from emr.t_lab_result a cross join emr.t_lab_result b"
 SERIES_MATERIALIZED = "select g from generate_series(1, 200000000) as g"
@@ -56,10 +56,8 @@ class PeakRss:
         return self.peak - self.start
 
 
-def test_runaway_queries_stay_out_of_harness_memory_and_the_dialogue_goes_on(
-    generated: Settings, shared: Shared
-) -> None:
-    toolkit = make_toolkit(generated, shared, timeout_ms=2000)
+def test_runaway_queries_stay_out_of_harness_memory_and_the_dialogue_goes_on(new_toolkit: NewToolkit) -> None:
+    toolkit = new_toolkit(RunConfig(sql_timeout_ms=2000))
     toolkit.executor.run("select 1")  # the pooled session is open before measuring
     plan = [[("execute_sql", {"sql": sql})] for sql in (CROSS_JOIN, SERIES_MATERIALIZED, SERIES_STREAMED)]
     plan.append([("execute_sql", {"sql": "select count(*) as n from emr.t_patient_info"})])
@@ -122,9 +120,9 @@ def test_agent_role_has_memory_and_temp_file_limits(generated: Settings) -> None
         assert conn.execute("show temp_file_limit").fetchone() == (AGENT_TEMP_FILE_LIMIT,)
 
 
-def test_pool_wait_is_a_tool_error_not_a_crash(generated: Settings, shared: Shared) -> None:
+def test_pool_wait_is_a_tool_error_not_a_crash(generated: Settings, new_toolkit: NewToolkit) -> None:
     executor = ReadOnlyExecutor(agent_url(generated), timeout_ms=3000)
-    toolkit = make_toolkit(generated, shared)
+    toolkit = new_toolkit()
     toolkit.executor = executor
     try:
         executor.run("select 1")

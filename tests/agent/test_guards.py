@@ -8,14 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from evalpkg.agent.executor import ReadOnlyExecutor
-from evalpkg.agent.session import agent_url, toolkit_for
 from evalpkg.agent.sqlguard import SqlRefused, check
-from evalpkg.agent.tools import Shared, Toolkit
+from evalpkg.pipeline.config import RunConfig
 from evalpkg.settings import Settings
-from evalpkg.testset.models import Complexity, Language, QuestionVariant
+from tests.agent.conftest import NewToolkit
 from tests.sync.helpers import content_fingerprint
-from tests.testset.test_models_and_fingerprints import task_dict
 
 TABLES = [
     "t_patient_info",
@@ -41,23 +38,13 @@ def hostile_corpus() -> list[str]:
     return handmade + generated
 
 
-def make_toolkit(settings: Settings, shared: Shared, timeout_ms: int = 1000) -> Toolkit:
-    from evalpkg.testset.models import Task
-
-    task = Task.model_validate(task_dict())
-    variant = QuestionVariant(language=Language.zh, complexity=Complexity.plain, text="心内科有多少出院病人")
-    return toolkit_for(
-        settings, shared, task, variant, executor=ReadOnlyExecutor(agent_url(settings), timeout_ms=timeout_ms)
-    )
-
-
 def test_corpus_is_large() -> None:
     assert len(hostile_corpus()) >= 100
 
 
-def test_every_hostile_statement_is_refused_and_nothing_changes(generated: Settings, shared: Shared) -> None:
+def test_every_hostile_statement_is_refused_and_nothing_changes(generated: Settings, new_toolkit: NewToolkit) -> None:
     before = content_fingerprint(generated)
-    toolkit = make_toolkit(generated, shared)
+    toolkit = new_toolkit()
     for sql in hostile_corpus():
         result = toolkit.call("execute_sql", {"sql": sql})
         assert not result.ok, sql
@@ -67,8 +54,8 @@ def test_every_hostile_statement_is_refused_and_nothing_changes(generated: Setti
     assert after.ok and after.content["rows"][0][0] > 0  # the run continues
 
 
-def test_sleep_beyond_the_timeout_is_cancelled(generated: Settings, shared: Shared) -> None:
-    toolkit = make_toolkit(generated, shared, timeout_ms=300)
+def test_sleep_beyond_the_timeout_is_cancelled(new_toolkit: NewToolkit) -> None:
+    toolkit = new_toolkit(RunConfig(sql_timeout_ms=300))
     result = toolkit.call("execute_sql", {"sql": "select pg_sleep(5)"})
     assert not result.ok and "statement timeout" in (result.error or "")
     assert result.elapsed_ms < 3000

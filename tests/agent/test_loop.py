@@ -9,13 +9,11 @@ import pytest
 
 from evalpkg.agent.loop import Limits, ModelTurn, run_dialogue
 from evalpkg.agent.policies import gold_policy, perturb_sql, perturbation_policy
-from evalpkg.agent.session import toolkit_for
-from evalpkg.agent.tools import Shared
 from evalpkg.settings import Settings
 from evalpkg.testset import release
 from evalpkg.testset.gold import agent_connection, run_gold
 from evalpkg.testset.models import Complexity, Language
-from tests.agent.test_guards import make_toolkit
+from tests.agent.conftest import NewToolkit
 
 
 def run(policy: Any, toolkit: Any, limits: Limits | None = None, question: str = "q") -> Any:
@@ -41,13 +39,13 @@ class Replay:
         return self.turns.pop(0)
 
 
-def test_gold_agent_reproduces_every_v1_gold_result(synced: Any, generated: Settings, shared: Shared) -> None:
+def test_gold_agent_reproduces_every_v1_gold_result(generated: Settings, new_toolkit: NewToolkit) -> None:
     tasks = release.load(generated.tasks_dir, "v1").tasks
     checked = 0
     with agent_connection(generated) as conn:
         for task in tasks:
             variant = next(v for v in task.variants if v.language is Language.zh and v.complexity is Complexity.plain)
-            toolkit = toolkit_for(generated, shared, task, variant)
+            toolkit = new_toolkit(task=task, question=variant.text)
             traj = run_dialogue(
                 gold_policy(task),
                 toolkit,
@@ -57,7 +55,6 @@ def test_gold_agent_reproduces_every_v1_gold_result(synced: Any, generated: Sett
                 complexity="plain",
                 question=variant.text,
             )
-            toolkit.executor.close()
             assert traj.stop_reason == "final_answer", (task.id, traj.stop_reason)
             assert traj.verify_hashes()
             if task.hidden_slots:
@@ -83,14 +80,14 @@ def _j(v: Any) -> Any:
     return jsonable(v)
 
 
-def test_circuit_breaker_records_a_fallback(generated: Settings, shared: Shared) -> None:
+def test_circuit_breaker_records_a_fallback(new_toolkit: NewToolkit) -> None:
     calls = [ModelTurn(tool_calls=[(f"c{i}", "query_schema", {"table_name": "t_zy_visit"})]) for i in range(10)]
-    traj = run(Replay(calls), make_toolkit(generated, shared), Limits(max_calls_per_tool=3))
+    traj = run(Replay(calls), new_toolkit(), Limits(max_calls_per_tool=3))
     assert traj.stop_reason == "tool_call_limit" and traj.fallback
     assert len(traj.tool_calls()) == 3
-    traj = run(Replay(list(calls)), make_toolkit(generated, shared), Limits(max_calls_total=2))
+    traj = run(Replay(list(calls)), new_toolkit(), Limits(max_calls_total=2))
     assert traj.stop_reason == "total_call_limit" and len(traj.tool_calls()) == 2
-    traj = run(Replay(list(calls)), make_toolkit(generated, shared), Limits(max_steps=4))
+    traj = run(Replay(list(calls)), new_toolkit(), Limits(max_steps=4))
     assert traj.stop_reason == "max_steps" and len(traj.steps) == 4
 
 
@@ -117,28 +114,26 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize("text", MALFORMED)
-def test_malformed_model_output_never_raises(generated: Settings, shared: Shared, text: str) -> None:
-    traj = run(
-        Replay([ModelTurn(text=text), ModelTurn(text=text), ModelTurn(text=text)]), make_toolkit(generated, shared)
-    )
+def test_malformed_model_output_never_raises(text: str, new_toolkit: NewToolkit) -> None:
+    traj = run(Replay([ModelTurn(text=text), ModelTurn(text=text), ModelTurn(text=text)]), new_toolkit())
     assert traj.stop_reason in {"final_answer", "unparseable", "model_error", "max_steps"}
     assert traj.ended_at >= traj.started_at
 
 
-def test_text_protocol_tool_call_then_answer(generated: Settings, shared: Shared) -> None:
+def test_text_protocol_tool_call_then_answer(new_toolkit: NewToolkit) -> None:
     turns = [
         ModelTurn(
             text='先查一下。\n```json\n{"tool": "execute_sql", "arguments": {"sql": "select count(*)\nfrom emr.t_patient_info"}}\n```'
         ),
         ModelTurn(text='{"final_answer": "共有若干患者"}'),
     ]
-    traj = run(Replay(turns), make_toolkit(generated, shared))
+    traj = run(Replay(turns), new_toolkit())
     assert traj.stop_reason == "final_answer" and traj.final_answer == "共有若干患者"
     assert traj.final_sql is not None and traj.tool_calls()[0].ok
 
 
-def test_endpoint_failure_is_a_model_error_outcome(generated: Settings, shared: Shared) -> None:
-    traj = run(Replay([]), make_toolkit(generated, shared))
+def test_endpoint_failure_is_a_model_error_outcome(new_toolkit: NewToolkit) -> None:
+    traj = run(Replay([]), new_toolkit())
     assert traj.stop_reason == "model_error" and "endpoint closed" in traj.steps[0].parse_error
 
 
@@ -149,8 +144,8 @@ def test_perturbations_change_the_sql() -> None:
     assert "count(*)" in perturb_sql(sql, "wrong_column")
 
 
-def test_extra_calls_agent_repeats_schema_lookups(generated: Settings, shared: Shared) -> None:
+def test_extra_calls_agent_repeats_schema_lookups(generated: Settings, new_toolkit: NewToolkit) -> None:
     task = release.load(generated.tasks_dir, "v1").tasks[0]
-    traj = run(perturbation_policy(task, "extra_calls"), make_toolkit(generated, shared))
+    traj = run(perturbation_policy(task, "extra_calls"), new_toolkit())
     names = [c.name for c in traj.tool_calls()]
     assert names.count("query_schema") >= 3 + len(task.tables)

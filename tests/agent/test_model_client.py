@@ -10,29 +10,25 @@ from typing import Any
 from evalpkg.agent.loop import run_dialogue
 from evalpkg.agent.model_client import ModelClient
 from evalpkg.agent.policies import OpenAIPolicy
-from evalpkg.agent.tools import Shared
 from evalpkg.agent.trajectory import Trajectory
-from evalpkg.settings import Settings
+from tests.agent.conftest import NewToolkit
 from tests.agent.fake_endpoint import FakeEndpoint, serving
-from tests.agent.test_guards import make_toolkit
 
 
-def dialogue(url: str, settings: Settings, shared: Shared, **client: Any) -> Trajectory:
+def dialogue(url: str, new_toolkit: NewToolkit, **client: Any) -> Trajectory:
     policy = OpenAIPolicy(client=ModelClient(url, backoff_s=0.001, **client), model="m")
-    toolkit = make_toolkit(settings, shared)
     try:
         return run_dialogue(
-            policy, toolkit, instance_id="i-1", task_id="t-1", language="zh", complexity="plain", question="q"
+            policy, new_toolkit(), instance_id="i-1", task_id="t-1", language="zh", complexity="plain", question="q"
         )
     finally:
-        toolkit.executor.close()
         policy.client.close()
 
 
-def test_rate_limits_and_server_errors_are_retried_and_recorded(generated: Settings, shared: Shared) -> None:
+def test_rate_limits_and_server_errors_are_retried_and_recorded(new_toolkit: NewToolkit) -> None:
     endpoint = FakeEndpoint(failures=[429, 503])
     with serving(endpoint) as url:
-        traj = dialogue(url, generated, shared)
+        traj = dialogue(url, new_toolkit)
     assert traj.stop_reason == "final_answer" and traj.final_answer == "There are 12 departments."
     first = traj.steps[0]
     assert [r.attempt for r in first.retries] == [1, 2]
@@ -45,13 +41,13 @@ def test_rate_limits_and_server_errors_are_retried_and_recorded(generated: Setti
     assert Trajectory.model_validate(stored).steps[0].retries == []
 
 
-def test_past_the_retry_budget_the_dialogue_ends_with_every_retry_recorded(generated: Settings, shared: Shared) -> None:
+def test_past_the_retry_budget_the_dialogue_ends_with_every_retry_recorded(new_toolkit: NewToolkit) -> None:
     with serving(FakeEndpoint(failures=[500] * 3)) as url:
-        traj = dialogue(url, generated, shared, max_retries=2)
+        traj = dialogue(url, new_toolkit, max_retries=2)
     assert traj.stop_reason == "model_error" and "InternalServerError" in traj.steps[0].parse_error
     assert len(traj.steps[0].retries) == 2
     with serving(FakeEndpoint(failures=[400])) as url:  # a bad request stays bad: not retried
-        traj = dialogue(url, generated, shared)
+        traj = dialogue(url, new_toolkit)
     assert traj.stop_reason == "model_error" and traj.steps[0].retries == []
 
 

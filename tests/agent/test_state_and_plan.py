@@ -22,7 +22,7 @@ from evalpkg.pipeline.config import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.testset.gold import agent_connection, run_gold
 from evalpkg.testset.models import HiddenSlot, Language
-from tests.agent.test_guards import make_toolkit
+from tests.agent.conftest import NewToolkit
 
 
 def test_merge_dedupes_keeps_conflict_history_and_recomputes_missing_slots() -> None:
@@ -51,8 +51,8 @@ def test_asking_sets_pending_answer_and_answers_clear_it() -> None:
         merge(s, {"colour": "red"}, 2)
 
 
-def test_update_state_tool(generated: Settings, shared: Shared) -> None:
-    tk = make_toolkit(generated, shared)
+def test_update_state_tool(new_toolkit: NewToolkit) -> None:
+    tk = new_toolkit()
     tk.tool_names = (*TOOL_NAMES, STATE_TOOL)
     r = tk.call("update_state", {"intent": "count", "metric": "HbA1c > 7%"}).content
     assert r["missing_slots"] == ["population", "time_range"] and r["next_action"] == "ask_clarify"

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from evalpkg.agent.executor import DEFAULT_ROW_CAP
-from evalpkg.agent.tools import PAGE_ROWS, Shared, openai_tools
-from evalpkg.settings import Settings
+from evalpkg.agent.llm_user import LLMUser
+from evalpkg.agent.model_client import ModelClient
+from evalpkg.agent.plan_tools import PLAN_TOOL_NAMES, PlanToolkit
+from evalpkg.agent.tools import PAGE_ROWS, STATE_TOOL, TOOL_NAMES, Shared, Toolkit, openai_tools
+from evalpkg.agent.user_sim import ScriptedUser
+from evalpkg.errors import ConfigError
+from evalpkg.pipeline.config import RunConfig
 from evalpkg.testset.models import HiddenSlot, Language, Task
-from tests.agent.test_guards import make_toolkit
+from tests.agent.conftest import NewToolkit
 from tests.testset.test_models_and_fingerprints import task_dict
 
 
@@ -30,8 +37,34 @@ def test_json_schemas_come_from_signatures() -> None:
     assert tools["query_schema"]["parameters"].get("required", []) == []
 
 
-def test_bad_arguments_are_tool_errors(generated: Settings, shared: Shared) -> None:
-    tk = make_toolkit(generated, shared)
+OPENAI = {"agent": "openai", "endpoint": "http://127.0.0.1:9/v1"}
+WIRING = [
+    ({}, Toolkit, TOOL_NAMES, ScriptedUser, "defaults: the EMR tools and the scripted clinician"),
+    ({"toolset": "emr-v1+state"}, Toolkit, (*TOOL_NAMES, STATE_TOOL), ScriptedUser, "the state toolset adds one tool"),
+    ({**OPENAI, "strategy": "plan"}, PlanToolkit, PLAN_TOOL_NAMES, ScriptedUser, "plan: catalog functions instead"),
+    ({**OPENAI, "user_simulator": "llm"}, Toolkit, TOOL_NAMES, LLMUser, "an LLM-played clinician on the same client"),
+]
+
+
+@pytest.mark.parametrize(("fields", "kind", "names", "clinician", "reason"), WIRING, ids=[w[-1] for w in WIRING])
+def test_toolkit_is_wired_from_the_run_config(
+    new_toolkit: NewToolkit, fields: dict[str, str], kind: type, names: tuple[str, ...], clinician: type, reason: str
+) -> None:
+    client = ModelClient(OPENAI["endpoint"])  # never called: wiring only
+    try:
+        tk = new_toolkit(RunConfig.model_validate(fields), client=client)
+    finally:
+        client.close()
+    assert type(tk) is kind and tk.tool_names == names and type(tk.user) is clinician, reason
+
+
+def test_llm_clinician_without_a_model_client_is_a_config_error(new_toolkit: NewToolkit) -> None:
+    with pytest.raises(ConfigError, match="user_simulator llm needs"):
+        new_toolkit(RunConfig(**OPENAI, user_simulator="llm"))
+
+
+def test_bad_arguments_are_tool_errors(new_toolkit: NewToolkit) -> None:
+    tk = new_toolkit()
     assert tk.call("execute_sql", {}).error == "bad arguments: sql: Field required"
     assert "not valid JSON" in (tk.call("execute_sql", "{sql: ").error or "")
     assert "unknown tool" in (tk.call("drop_everything", {}).error or "")
@@ -39,8 +72,8 @@ def test_bad_arguments_are_tool_errors(generated: Settings, shared: Shared) -> N
     assert "unknown table" in (tk.call("query_schema", {"table_name": "nope"}).error or "")
 
 
-def test_large_results_are_paged_with_summary(generated: Settings, shared: Shared) -> None:
-    tk = make_toolkit(generated, shared)
+def test_large_results_are_paged_with_summary(new_toolkit: NewToolkit) -> None:
+    tk = new_toolkit()
     first = tk.call("execute_sql", {"sql": "select lab_id, result_value from emr.t_lab_result order by lab_id"})
     c = first.content
     assert first.ok and len(c["rows"]) == PAGE_ROWS and c["total_rows"] > PAGE_ROWS
@@ -52,14 +85,14 @@ def test_large_results_are_paged_with_summary(generated: Settings, shared: Share
     assert "out of range" in (tk.call("fetch_page", {"result_id": c["result_id"], "page": 9999}).error or "")
 
 
-def test_empty_result_is_success_empty(generated: Settings, shared: Shared) -> None:
-    tk = make_toolkit(generated, shared)
+def test_empty_result_is_success_empty(new_toolkit: NewToolkit) -> None:
+    tk = new_toolkit()
     r = tk.call("execute_sql", {"sql": "select * from emr.t_zy_visit where ksdm = 'none'"})
     assert r.ok and r.content["status"] == "success_empty" and r.content["total_rows"] == 0
 
 
-def test_time_filter_asks_for_confirmation_first(generated: Settings, shared: Shared) -> None:
-    tk = make_toolkit(generated, shared)
+def test_time_filter_asks_for_confirmation_first(new_toolkit: NewToolkit) -> None:
+    tk = new_toolkit()
     sql = "select count(*) from emr.t_zy_visit where cyrq >= '2024-01-01'"
     first = tk.call("execute_sql", {"sql": sql, "require_timefield_confirmation": True})
     assert first.content["needs_confirmation"] is True
@@ -73,8 +106,8 @@ def test_time_filter_asks_for_confirmation_first(generated: Settings, shared: Sh
     assert "rows" in untimed.content
 
 
-def test_unloaded_tables_trigger_supplementary_schema(generated: Settings, shared: Shared) -> None:
-    tk = make_toolkit(generated, shared)
+def test_unloaded_tables_trigger_supplementary_schema(new_toolkit: NewToolkit) -> None:
+    tk = new_toolkit()
     tk.call("query_schema", {"table_name": "t_zy_visit"})
     r = tk.call(
         "execute_sql", {"sql": "select count(*) from emr.t_zy_visit v join emr.t_diag_record d using (visit_id)"}
@@ -84,8 +117,8 @@ def test_unloaded_tables_trigger_supplementary_schema(generated: Settings, share
     assert "supplementary_schema" not in again.content
 
 
-def test_schema_lines_and_hint(generated: Settings, shared: Shared) -> None:
-    tk = make_toolkit(generated, shared)
+def test_schema_lines_and_hint(new_toolkit: NewToolkit) -> None:
+    tk = new_toolkit()
     tk.question = "2023年心内科出院了多少人"
     r = tk.call("query_schema", {"table_name": "emr.t_zy_visit"})
     assert "cyrq\ttimestamp without time zone\t出院时间" in r.content["schema"]
@@ -93,8 +126,8 @@ def test_schema_lines_and_hint(generated: Settings, shared: Shared) -> None:
     assert "t_lab_result" in tk.call("query_schema", {}).content["tables"]
 
 
-def test_dictionary_examples_and_cache(generated: Settings, shared: Shared) -> None:
-    tk = make_toolkit(generated, shared)
+def test_dictionary_examples_and_cache(shared: Shared, new_toolkit: NewToolkit) -> None:
+    tk = new_toolkit()
     hits = tk.call("query_dictionary", {"term": "作废"}).content["matches"]
     assert {(m["table_name"], m["column_name"]) for m in hits} >= {("t_med_order", "zfbz"), ("t_lab_result", "bgzt")}
     before = shared.cache.hits["query_dictionary"]
@@ -108,8 +141,8 @@ def test_dictionary_examples_and_cache(generated: Settings, shared: Shared) -> N
     assert not tk.call("execute_sql", {"sql": "select count(*) from emr.t_med_order where zfbz = 1"}).cached
 
 
-def test_validate_result_flags_unsupported_numbers(generated: Settings, shared: Shared) -> None:
-    tk = make_toolkit(generated, shared)
+def test_validate_result_flags_unsupported_numbers(new_toolkit: NewToolkit) -> None:
+    tk = new_toolkit()
     n = tk.call("execute_sql", {"sql": "select count(*) as n from emr.t_patient_info"}).content["rows"][0][0]
     ok = tk.call("validate_result", {"claim": f"共有{n}名患者"}).content
     assert ok["supported"] is True and ok["numbers_checked"] == 1
@@ -119,7 +152,7 @@ def test_validate_result_flags_unsupported_numbers(generated: Settings, shared: 
     assert explicit["supported"] is True
 
 
-def test_ask_clarify_answers_from_hidden_slots(generated: Settings, shared: Shared) -> None:
+def test_ask_clarify_answers_from_hidden_slots(new_toolkit: NewToolkit) -> None:
     from evalpkg.agent.user_sim import ScriptedUser
 
     slot = HiddenSlot(
@@ -128,7 +161,7 @@ def test_ask_clarify_answers_from_hidden_slots(generated: Settings, shared: Shar
         keywords=["多久", "时间", "how long", "time range"],
         answer={Language.zh: "最近3个月", Language.en: "the last 3 months"},
     )
-    tk = make_toolkit(generated, shared)
+    tk = new_toolkit()
     tk.user = ScriptedUser([slot], Language.en)
     assert tk.call("ask_clarify", {"question": "What time range do you mean?"}).content["answer"] == "the last 3 months"
     assert "not relevant" in tk.call("ask_clarify", {"question": "Which ward?"}).content["answer"]
@@ -137,8 +170,8 @@ def test_ask_clarify_answers_from_hidden_slots(generated: Settings, shared: Shar
     assert "不需要再确认" in tk.call("ask_clarify", {"question": "您指哪个科室?"}).content["answer"]
 
 
-def test_schema_overview_retrieves_candidate_tables(generated: Settings, shared: Shared) -> None:
-    tk = make_toolkit(generated, shared)
+def test_schema_overview_retrieves_candidate_tables(new_toolkit: NewToolkit) -> None:
+    tk = new_toolkit()
     tk.question = "2023年糖尿病患者中糖化血红蛋白高于7%的有多少人"
     r = tk.call("query_schema", {}).content
     assert {"t_diag_record", "t_lab_result"} <= set(r["candidate_schemas"])
