@@ -40,6 +40,10 @@ class SyncError(EvalpkgError):
     """The de-identifying sync (dbt build or its validation) failed."""
 
 
+class SqlParseError(EvalpkgError):
+    """SQL text (a gold, a ticket, an agent's query) is not exactly one statement that parses as PostgreSQL."""
+
+
 def one_line(text: str) -> str:
     """Messages from libraries may span lines; the CLI promises one."""
     return "; ".join(line.strip() for line in text.splitlines() if line.strip())

@@ -17,9 +17,9 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from evalpkg.agent.sqlguard import check
 from evalpkg.db import first_line, pool
 from evalpkg.errors import ServiceError
+from evalpkg.sql.guard import check
 
 DEFAULT_TIMEOUT_MS = 5_000
 DEFAULT_ROW_CAP = 10_000
@@ -56,6 +56,68 @@ def _read_only(conn: psycopg.Connection) -> None:
     conn.read_only = True  # every transaction psycopg starts is BEGIN READ ONLY
 
 
+@contextmanager
+def read_only_transaction(conn: psycopg.Connection, timeout_ms: int) -> Iterator[psycopg.Connection]:
+    """A read-only transaction with its limits set inside it, on any connection, whatever its defaults."""
+    with conn.transaction():
+        # one round trip for the limits; SET LOCAL ends with the transaction. A cursor plans as the
+        # plain query would (cursor_tuple_fraction 1), so ties fall the same way.
+        conn.execute(
+            "select set_config('transaction_read_only', 'on', true), "
+            "set_config('statement_timeout', %s, true), "
+            "set_config('idle_in_transaction_session_timeout', '60000', true), "
+            "set_config('cursor_tuple_fraction', '1', true)",
+            (str(int(timeout_ms)),),
+        )
+        yield conn
+
+
+@dataclass
+class Fetched:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]  # as the driver returns them
+    total_rows: int
+    capped: bool
+    total_known: bool
+
+
+def run_on(
+    conn: psycopg.Connection, sql: str, *, timeout_ms: int, row_cap: int | None, checked: bool = False
+) -> Fetched:
+    """The one path a query takes, an agent's or a gold: the parse guard, then a read-only transaction
+    with a statement timeout, and a server-side cursor that lets at most row_cap + 1 rows (all of them
+    when row_cap is None) reach this process."""
+    if not checked:
+        check(sql)  # raises SqlRefused
+    try:
+        with read_only_transaction(conn, timeout_ms):
+            conn.execute(f"declare agent_query no scroll cursor for {sql}")  # parse-checked above
+            cur = conn.execute(f"fetch forward {'all' if row_cap is None else row_cap + 1} from agent_query")
+            columns = [d.name for d in cur.description or []]
+            fetched = cur.fetchall()
+            total, known = len(fetched), True
+            capped = row_cap is not None and total > row_cap
+            if capped:
+                del fetched[row_cap:]
+                total, known = _count_rest(conn, total, timeout_ms)
+    except psycopg.errors.QueryCanceled as exc:
+        raise QueryFailed(f"query cancelled after the {timeout_ms} ms statement timeout") from exc
+    except psycopg.Error as exc:
+        raise QueryFailed(first_line(exc)) from exc
+    return Fetched(columns, fetched, total, capped, known)
+
+
+def _count_rest(conn: psycopg.Connection, fetched: int, timeout_ms: int) -> tuple[int, bool]:
+    """MOVE counts the rows past the cap on the server without sending them, within a small budget."""
+    budget = str(min(int(timeout_ms), COUNT_BUDGET_MS))
+    try:
+        with conn.transaction():  # a savepoint: a cancelled count keeps the rows already fetched
+            conn.execute("select set_config('statement_timeout', %s, true)", (budget,))
+            return fetched + conn.execute("move forward all in agent_query").rowcount, True
+    except (psycopg.errors.QueryCanceled, psycopg.errors.ConfigurationLimitExceeded):
+        return fetched, False
+
+
 class ReadOnlyExecutor:
     """Thread-safe: each statement borrows one of `pool_size` sessions for its transaction only."""
 
@@ -64,12 +126,12 @@ class ReadOnlyExecutor:
         url: str,
         *,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
-        row_cap: int = DEFAULT_ROW_CAP,
+        row_cap: int | None = DEFAULT_ROW_CAP,
         pool_size: int = 1,
     ) -> None:
         self.url = url
         self.timeout_ms = timeout_ms
-        self.row_cap = row_cap
+        self.row_cap = row_cap  # None: every row (golds, which are compared whole)
         self.pool_size = pool_size
         self._pool: ConnectionPool | None = None
         self._lock = threading.Lock()
@@ -90,24 +152,16 @@ class ReadOnlyExecutor:
                 self._pool = None
 
     @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection]:
+    def _session(self) -> Iterator[psycopg.Connection]:
         try:
-            with self._sessions().connection() as conn, conn.transaction():
-                # one round trip for the limits; SET LOCAL ends with the transaction. A cursor plans
-                # as the plain query would (cursor_tuple_fraction 1), so ties fall the same way.
-                conn.execute(
-                    "select set_config('statement_timeout', %s, true), "
-                    "set_config('idle_in_transaction_session_timeout', '60000', true), "
-                    "set_config('cursor_tuple_fraction', '1', true)",
-                    (str(int(self.timeout_ms)),),
-                )
+            with self._sessions().connection() as conn:
                 yield conn
         except PoolTimeout as exc:
             raise QueryFailed(f"eval DB busy: no free session ({first_line(exc)})") from exc
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """A trusted, parametrized query (the plan toolset's catalog lookups), under the same limits."""
-        with self._transaction() as conn:
+        with self._session() as conn, read_only_transaction(conn, self.timeout_ms):
             return list(conn.execute(sql, params).fetchall())
 
     def run(self, sql: str, *, checked: bool = False) -> QueryResult:
@@ -115,30 +169,10 @@ class ReadOnlyExecutor:
             check(sql)  # raises SqlRefused
         t0 = time.perf_counter()
         try:
-            with self._transaction() as conn:
-                # a server-side cursor: at most cap + 1 rows ever reach this process
-                conn.execute(f"declare agent_query no scroll cursor for {sql}")  # parse-checked above
-                cur = conn.execute(f"fetch forward {self.row_cap + 1} from agent_query")
-                columns = [d.name for d in cur.description or []]
-                fetched = cur.fetchall()
-                total, known = len(fetched), True
-                capped = total > self.row_cap
-                if capped:
-                    del fetched[self.row_cap :]
-                    total, known = self._count_rest(conn, total)
-        except psycopg.errors.QueryCanceled as exc:
-            raise QueryFailed(f"query cancelled after the {self.timeout_ms} ms statement timeout") from exc
-        except psycopg.Error as exc:
+            with self._session() as conn:
+                got = run_on(conn, sql, timeout_ms=self.timeout_ms, row_cap=self.row_cap, checked=True)
+        except psycopg.Error as exc:  # handing the session back failed
             raise QueryFailed(first_line(exc)) from exc
-        rows = [[jsonable(v) for v in r] for r in fetched]
-        return QueryResult(columns, rows, total, capped, (time.perf_counter() - t0) * 1000, known)
-
-    def _count_rest(self, conn: psycopg.Connection, fetched: int) -> tuple[int, bool]:
-        """MOVE counts the rows past the cap on the server without sending them, within a small budget."""
-        budget = str(min(int(self.timeout_ms), COUNT_BUDGET_MS))
-        try:
-            with conn.transaction():  # a savepoint: a cancelled count keeps the rows already fetched
-                conn.execute("select set_config('statement_timeout', %s, true)", (budget,))
-                return fetched + conn.execute("move forward all in agent_query").rowcount, True
-        except (psycopg.errors.QueryCanceled, psycopg.errors.ConfigurationLimitExceeded):
-            return fetched, False
+        rows = [[jsonable(v) for v in r] for r in got.rows]
+        elapsed_ms = (time.perf_counter() - t0) * 1000
+        return QueryResult(got.columns, rows, got.total_rows, got.capped, elapsed_ms, got.total_known)

@@ -17,10 +17,10 @@ from evalpkg.agent.cache import ToolCache
 from evalpkg.agent.claims import check_claim
 from evalpkg.agent.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.agent.schema import Catalog, SchemaIndex
-from evalpkg.agent.sqlguard import SqlRefused, check
 from evalpkg.agent.state import QueryState, asked, merge
 from evalpkg.agent.user_sim import Clinician
-from evalpkg.testset import fingerprint
+from evalpkg.sql import fingerprint
+from evalpkg.sql.guard import SqlRefused, check
 
 PAGE_ROWS = 200
 TOOL_NAMES = (

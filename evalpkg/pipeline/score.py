@@ -13,10 +13,10 @@ from pydantic import BaseModel
 
 from evalpkg.agent.claims import NUMBER
 from evalpkg.agent.executor import QueryFailed, ReadOnlyExecutor, jsonable
-from evalpkg.agent.sqlguard import SqlRefused
 from evalpkg.agent.trajectory import Trajectory
 from evalpkg.pipeline.citations import unsupported_numbers
 from evalpkg.pipeline.comparator import match, order_key_columns
+from evalpkg.sql.guard import SqlRefused
 from evalpkg.testset.models import ArgConstraint, ExpectedToolCall, Language, Task, TaskType
 
 SCORE_FORMAT_VERSION = 1

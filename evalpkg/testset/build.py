@@ -13,7 +13,8 @@ from pydantic import BaseModel, ValidationError
 
 from evalpkg.errors import ConfigError, DataError
 from evalpkg.settings import Settings
-from evalpkg.testset import determinism, fingerprint, release
+from evalpkg.sql import fingerprint
+from evalpkg.testset import determinism, release
 from evalpkg.testset.gold import GoldError, agent_connection, run_gold, snapshot_version
 from evalpkg.testset.models import (
     Annotator,

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from evalpkg.testset.fingerprint import parse_statement
+from evalpkg.sql.parse import parse_statement
 from evalpkg.testset.models import Task
 
 Row = Sequence[Any]

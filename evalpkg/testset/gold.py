@@ -1,4 +1,6 @@
-"""Running gold SQL the way an agent's query runs: read-only role, read-only transaction, timeout."""
+"""Running gold SQL the way an agent's query runs: the same parse guard, read-only role and transaction,
+limits and server-side cursor (`executor.run_on`); only the timeout is the gold's own, and no row cap
+truncates a gold, whose rows are compared whole."""
 
 from __future__ import annotations
 
@@ -8,15 +10,17 @@ from typing import Any
 
 import psycopg
 
-from evalpkg.db import connect, first_line
+from evalpkg.agent.executor import QueryFailed, run_on
+from evalpkg.db import connect
 from evalpkg.dburl import with_user
 from evalpkg.settings import AGENT_ROLE, EVAL_DB, Settings
+from evalpkg.sql.guard import SqlRefused
 
 GOLD_TIMEOUT_MS = 10_000
 
 
 class GoldError(Exception):
-    """The gold SQL failed; message is one line."""
+    """The gold SQL was refused or failed; message is one line."""
 
 
 @contextmanager
@@ -25,15 +29,20 @@ def agent_connection(settings: Settings) -> Iterator[psycopg.Connection]:
         yield conn
 
 
-def run_gold(conn: psycopg.Connection, sql: str, timeout_ms: int = GOLD_TIMEOUT_MS) -> list[tuple[Any, ...]]:
+def run_gold(
+    conn: psycopg.Connection, sql: str, timeout_ms: int = GOLD_TIMEOUT_MS, *, row_cap: int | None = None
+) -> list[tuple[Any, ...]]:
+    """Every row of the gold, as the driver returns them; a gold over a given row_cap is an error, never
+    a truncated result."""
     try:
-        with conn.transaction():
-            conn.execute("set transaction read only")
-            conn.execute(f"set local statement_timeout = {int(timeout_ms)}")
-            cur = conn.execute(sql)  # task files hold SQL text by design
-            return list(cur.fetchall()) if cur.description else []
-    except psycopg.Error as exc:
-        raise GoldError(first_line(exc)) from exc
+        got = run_on(conn, sql, timeout_ms=timeout_ms, row_cap=row_cap)
+    except SqlRefused as exc:
+        raise GoldError(f"not one read-only query: {exc}") from exc
+    except QueryFailed as exc:
+        raise GoldError(str(exc)) from exc
+    if got.capped:
+        raise GoldError(f"more than {row_cap} rows")
+    return got.rows
 
 
 def snapshot_version(conn: psycopg.Connection) -> str:

@@ -13,7 +13,8 @@ from pydantic import BaseModel, ValidationError
 
 from evalpkg.errors import ConfigError, DataError
 from evalpkg.settings import Settings
-from evalpkg.testset import fingerprint, release
+from evalpkg.sql import fingerprint, guard
+from evalpkg.testset import release
 from evalpkg.testset.build import TYPE_PREFIX
 from evalpkg.testset.classify import classify, describe_en
 from evalpkg.testset.gold import GoldError, agent_connection, run_gold, snapshot_version
@@ -149,6 +150,11 @@ def _candidate_task(ticket_id: int, created: datetime, request: str, sql: str, r
     )
 
 
+def ticket_sql_accepted(sql: str) -> bool:
+    """A ticket's SQL can become gold only if an agent's execute_sql would run it: the same guard decides."""
+    return guard.is_single_select(sql)
+
+
 def covered_patterns(settings: Settings) -> set[str]:
     patterns = {c.pattern for _, c in load_queue(settings)}
     if release.versions(settings.tasks_dir):
@@ -173,7 +179,7 @@ def refresh(
             ).fetchall()
         report.tickets = len(tickets)
         for ticket_id, created, request, sql in tickets:
-            if not fingerprint.is_single_select(sql):
+            if not ticket_sql_accepted(sql):
                 report.dropped["not one read-only query"] = report.dropped.get("not one read-only query", 0) + 1
                 continue
             pat = fingerprint.pattern(sql)

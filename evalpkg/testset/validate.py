@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from evalpkg.errors import DataError
 from evalpkg.expectations import ValidationReport, load_suite, validate_frames
 from evalpkg.settings import Settings
-from evalpkg.testset import determinism, fingerprint, release
+from evalpkg.sql import fingerprint
+from evalpkg.testset import determinism, release
 from evalpkg.testset.gold import GoldError, agent_connection, run_gold, snapshot_version
 from evalpkg.testset.models import Difficulty, Task, TaskType
 

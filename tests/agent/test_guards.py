@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from evalpkg.agent.sqlguard import SqlRefused, check
 from evalpkg.pipeline.config import RunConfig
 from evalpkg.settings import Settings
+from evalpkg.sql.guard import SqlRefused, check
 from tests.agent.conftest import NewToolkit
 from tests.sync.helpers import content_fingerprint
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from evalpkg.testset import fingerprint
+from evalpkg.sql import fingerprint
 from evalpkg.testset.models import Task
 
 

@@ -1,4 +1,5 @@
-"""Parse-level guard for execute_sql: exactly one read-only query, no side-effecting functions.
+"""The one definition of a statement allowed to run read-only: exactly one query, no writes, no
+side-effecting functions. The agents' execute_sql, gold SQL and the ticket miner all ask `check`.
 
 The database-level guard (read-only role and transaction, statement timeout) runs behind this;
 this layer exists to give the model a clear reason instead of a server error, and to refuse
@@ -12,8 +13,8 @@ import re
 
 from sqlglot import exp
 
-from evalpkg.errors import ConfigError
-from evalpkg.testset.fingerprint import parse_statement
+from evalpkg.errors import SqlParseError
+from evalpkg.sql.parse import parse_statement
 
 # Functions with side effects, server file access, session changes, or dynamic SQL.
 DENIED_FUNCTIONS = {
@@ -142,7 +143,7 @@ def check(sql: str) -> exp.Query:
         raise SqlRefused(f"only SELECT queries are allowed, got {bare.split()[0].upper()}")
     try:
         tree = parse_statement(sql)
-    except ConfigError as exc:
+    except SqlParseError as exc:
         raise SqlRefused(str(exc)) from exc
     if not isinstance(tree, exp.Query):
         raise SqlRefused(f"only SELECT queries are allowed, got {tree.key.upper()}")
@@ -156,3 +157,12 @@ def check(sql: str) -> exp.Query:
             if name in DENIED_FUNCTIONS or name.startswith(("lo_", "dblink", "pg_read", "pg_ls_", "pg_file")):
                 raise SqlRefused(f"function {name}() is not allowed")
     return tree
+
+
+def is_single_select(sql: str) -> bool:
+    """`check` as a yes/no: one read-only query that an agent's execute_sql would run."""
+    try:
+        check(sql)
+    except SqlRefused:
+        return False
+    return True
