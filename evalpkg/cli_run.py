@@ -224,16 +224,13 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def score(run_id: str, track: Annotated[bool, typer.Option(help="log the new scores to MLflow")] = False) -> None:
         """Re-score a finished run from its recorded trajectories (no model is called)."""
-        from evalpkg.pipeline.run import report_run, score_run, track_run
+        from evalpkg.pipeline.run import finish_run
 
         settings = get_settings()
         check_recorded(settings, run_id)
         if track:
             check_tracking(settings, "drop --track")
-        scored = score_run(settings, run_id, _log)
-        report_run(settings, run_id, scored)
-        if track:
-            track_run(settings, run_id, scored)
+        scored = finish_run(settings, run_id, track=track, progress=_log).scored
         o = scored.table["overall"]
         typer.echo(
             f"{run_id}: accuracy {o['accuracy']:.1%} over {o['instances']} instances; {scored.validation.summary()}"
@@ -242,11 +239,11 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def report(run_id: str) -> None:
         """Write the HTML report of a scored run and print its path."""
-        from evalpkg.pipeline.run import report_run, score_run
+        from evalpkg.pipeline.run import finish_run
 
         settings = get_settings()
         check_recorded(settings, run_id)
-        typer.echo(report_run(settings, run_id, score_run(settings, run_id)))
+        typer.echo(finish_run(settings, run_id, track=False).report)
 
     @app.command()
     def compare(run_a: str, run_b: str) -> None:

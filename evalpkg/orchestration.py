@@ -153,18 +153,15 @@ def eval_shard(run_id: str, shard: int, worker: str = "none") -> dict[str, Any]:
 
 
 def eval_score_and_log(run_id: str, track: bool = True) -> dict[str, Any]:
-    from evalpkg.pipeline.run import report_run, score_run, track_run
+    from evalpkg.pipeline.run import finish_run
 
-    settings = get_settings()
-    scored = score_run(settings, run_id)  # includes the GX suite on the outputs
-    report = report_run(settings, run_id, scored)
-    mlflow_run = track_run(settings, run_id, scored) if track else None
+    finished = finish_run(get_settings(), run_id, track=track)  # includes the GX suite on the outputs
     return {
         "run_id": run_id,
-        "accuracy": scored.table["overall"]["accuracy"],
-        "report": str(report),
-        "mlflow_run_id": mlflow_run,
-        "validation": scored.validation.summary(),
+        "accuracy": finished.scored.table["overall"]["accuracy"],
+        "report": str(finished.report),
+        "mlflow_run_id": finished.mlflow_run_id,
+        "validation": finished.scored.validation.summary(),
     }
 
 

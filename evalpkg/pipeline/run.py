@@ -41,6 +41,14 @@ class Scored:
     table: dict[str, dict[str, float]]
     clusters: list[Cluster]
     validation: ValidationReport
+    trajectories: list[Trajectory]  # read from the store once, for the report and MLflow too
+
+
+@dataclass
+class Finished:
+    scored: Scored
+    report: Path
+    mlflow_run_id: str | None
 
 
 def new_run_id(config: RunConfig) -> str:
@@ -103,7 +111,7 @@ def score_run(settings: Settings, run_id: str, progress: Progress = lambda _: No
     validation.raise_on_failure(SyncError)
     if save:
         _save_scores(settings, run_id, scores, clusters, assignment)
-    return Scored(scores, breakdown(scores), clusters, validation)
+    return Scored(scores, breakdown(scores), clusters, validation, trajectories)
 
 
 def _save_scores(
@@ -134,7 +142,7 @@ def report_run(settings: Settings, run_id: str, scored: Scored) -> Path:
         scored.table,
         scored.scores,
         scored.clusters,
-        store.trajectories(settings, run_id),
+        scored.trajectories,
     )
 
 
@@ -156,12 +164,20 @@ def track_run(settings: Settings, run_id: str, scored: Scored, max_traces: int |
         scored.table,
         scored.scores,
         shards,
-        store.trajectories(settings, run_id),
+        scored.trajectories,
         artifacts,
         max_traces,
     )
     store.set_mlflow_run(settings, run_id, parent)
     return parent
+
+
+def finish_run(settings: Settings, run_id: str, *, track: bool, progress: Progress = lambda _: None) -> Finished:
+    """The one path after execution, for the CLI, the DAG and re-scoring: score and cluster, validate
+    the outputs (GX), write the HTML report, log to MLflow when `track`."""
+    scored = score_run(settings, run_id, progress)
+    report = report_run(settings, run_id, scored)
+    return Finished(scored, report, track_run(settings, run_id, scored) if track else None)
 
 
 def run_all(
@@ -178,14 +194,12 @@ def run_all(
     reports: list[ShardReport] = []
     for shard in range(config.shards):
         reports.append(execute_shard(settings, run_id, shard, progress=shard_progress))
-    scored = score_run(settings, run_id, progress)
-    report = report_run(settings, run_id, scored)
-    mlflow_run = track_run(settings, run_id, scored) if track else None
+    finished = finish_run(settings, run_id, track=track, progress=progress)
     return {
         "run_id": run_id,
-        "report": report,
-        "mlflow_run_id": mlflow_run,
+        "report": finished.report,
+        "mlflow_run_id": finished.mlflow_run_id,
         "shards": reports,
-        "overall": scored.table["overall"],
-        "clusters": scored.clusters,
+        "overall": finished.scored.table["overall"],
+        "clusters": finished.scored.clusters,
     }

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from evalpkg.agent.claims import NUMBER
 from evalpkg.agent.executor import QueryFailed, ReadOnlyExecutor, jsonable
 from evalpkg.agent.trajectory import Trajectory
+from evalpkg.errors import DataError
 from evalpkg.pipeline.citations import unsupported_numbers
 from evalpkg.pipeline.comparator import match, order_key_columns
 from evalpkg.sql.guard import SqlRefused
@@ -77,6 +78,8 @@ class GoldCache:
     def get(self, sql: str) -> tuple[list[str], list[list[Any]]]:
         if sql not in self._rows:
             result = self.executor.run(sql)
+            if result.capped:  # agents' results stop at the same cap, so no answer could ever match
+                raise DataError(f"a gold returns more than the {self.executor.row_cap} row fetch cap: {sql[:80]}")
             self._rows[sql] = (result.columns, result.rows)
         return self._rows[sql]
 
