@@ -11,8 +11,9 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Protocol
 
+from evalpkg.agent.function_schema import openai_tools
 from evalpkg.agent.parser import parse
-from evalpkg.agent.tools import Toolkit, openai_tools
+from evalpkg.agent.tools import Toolkit
 from evalpkg.agent.trajectory import RetryRecord, Step, ToolCallRecord, Trajectory, now, sha256_text
 
 PROMPT_VERSION = "react_v1"

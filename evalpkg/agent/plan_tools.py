@@ -5,24 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from evalpkg.agent.function_schema import tool, tools_of
 from evalpkg.agent.planner import Plan, PlanError, compile_plan
 from evalpkg.agent.tools import ToolError, Toolkit
-
-PLAN_TOOL_NAMES = (
-    "list_all_tables",
-    "get_table_columns",
-    "get_table_row_count",
-    "estimate_join_selectivity",
-    "suggest_optimal_join_order",
-    "check_index_exists",
-    "get_column_ndv",
-    "get_table_comment",
-    "get_column_statistics",
-    "submit_plan",
-    "query_dictionary",
-    "ask_clarify",
-    "fetch_page",
-)
 
 
 class PlanToolkit(Toolkit):
@@ -38,10 +23,12 @@ class PlanToolkit(Toolkit):
         schema, bare = self.shared.catalog.tables[table].split(".")
         return schema, bare
 
+    @tool("plan")
     def list_all_tables(self) -> dict[str, Any]:
         """List the tables agents can query, with a one-line description each."""
         return {"tables": {t: self.shared.catalog.descriptions.get(t, "") for t in sorted(self.shared.catalog.tables)}}
 
+    @tool("plan")
     def get_table_columns(self, table_name: str) -> dict[str, Any]:
         """Columns of a table: name, type, meaning, and whether an index covers it.
 
@@ -65,6 +52,7 @@ class PlanToolkit(Toolkit):
             ]
         }
 
+    @tool("plan")
     def get_table_row_count(self, table_name: str) -> dict[str, Any]:
         """Estimated row count from the planner statistics (pg_class.reltuples).
 
@@ -90,6 +78,7 @@ class PlanToolkit(Toolkit):
         n_distinct, reltuples = float(rows[0][0]), float(rows[0][1])
         return -n_distinct * reltuples if n_distinct < 0 else n_distinct
 
+    @tool("plan")
     def get_column_ndv(self, table_name: str, column: str) -> dict[str, Any]:
         """Estimated number of distinct values of a column (pg_stats.n_distinct).
 
@@ -100,6 +89,7 @@ class PlanToolkit(Toolkit):
         schema, table = self._table(table_name)
         return {"table": table, "column": column, "ndv": round(self._ndv(schema, table, column))}
 
+    @tool("plan")
     def estimate_join_selectivity(self, left_column: str, right_column: str) -> dict[str, Any]:
         """Selectivity of an equi-join, 1 / max(NDV): the share of row pairs that match.
 
@@ -116,6 +106,7 @@ class PlanToolkit(Toolkit):
             ndvs.append(self._ndv(schema, table, c))
         return {"selectivity": 1.0 / max(max(ndvs), 1.0), "ndv": ndvs}
 
+    @tool("plan")
     def suggest_optimal_join_order(self, tables: list[str]) -> dict[str, Any]:
         """Join order for the given tables: smallest first (greedy by estimated rows).
 
@@ -125,6 +116,7 @@ class PlanToolkit(Toolkit):
         counts = {t: self.get_table_row_count(t)["rows"] for t in tables}
         return {"order": sorted(counts, key=lambda t: counts[t]), "rows": counts}
 
+    @tool("plan")
     def check_index_exists(self, table_name: str, columns: list[str]) -> dict[str, Any]:
         """Whether one index covers these columns as its leading columns.
 
@@ -143,6 +135,7 @@ class PlanToolkit(Toolkit):
         exists = any(list(r[0][: len(columns)]) == columns for r in rows)
         return {"table": table, "columns": columns, "exists": exists}
 
+    @tool("plan")
     def get_table_comment(self, table_name: str) -> dict[str, Any]:
         """What a table holds.
 
@@ -159,6 +152,7 @@ class PlanToolkit(Toolkit):
             or self.shared.catalog.descriptions.get(table, ""),
         }
 
+    @tool("plan")
     def get_column_statistics(self, table_name: str, column: str) -> dict[str, Any]:
         """NULL share, distinct values, most common values and range of a column (pg_stats).
 
@@ -182,6 +176,7 @@ class PlanToolkit(Toolkit):
             "histogram_bounds": (hist or "")[:300],
         }
 
+    @tool("plan")
     def submit_plan(self, plan: Plan) -> dict[str, Any]:
         """Submit a query plan; it is validated, compiled to SQL and run read-only.
 
@@ -201,3 +196,6 @@ class PlanToolkit(Toolkit):
         out = self.execute_sql(sql)
         out["compiled_sql"] = sql
         return out
+
+
+PLAN_TOOL_NAMES = tools_of(PlanToolkit, "plan")

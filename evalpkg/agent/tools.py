@@ -1,9 +1,9 @@
-"""The EMR toolkit: one typed class; JSON schemas for the model come from the method signatures.
-Every call returns a ToolResult; no exception leaves `call`."""
+"""The EMR toolkit: one typed class whose `@tool` methods are the tools (their schemas come from the
+signatures, function_schema.py); `call` dispatches, and every call returns a ToolResult: no exception
+leaves it."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 import time
@@ -11,28 +11,18 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ValidationError, create_model
+from pydantic import BaseModel, ValidationError
 
+from evalpkg.agent import paging
 from evalpkg.agent.cache import ToolCache
 from evalpkg.agent.claims import check_claim
 from evalpkg.agent.executor import QueryFailed, QueryResult, ReadOnlyExecutor
+from evalpkg.agent.function_schema import arg_model, is_tool, tool, tools_of
 from evalpkg.agent.schema import Catalog, SchemaIndex
 from evalpkg.agent.state import QueryState, asked, merge
 from evalpkg.agent.user_sim import Clinician
 from evalpkg.sql import fingerprint
 from evalpkg.sql.guard import SqlRefused, check
-
-PAGE_ROWS = 200
-TOOL_NAMES = (
-    "query_schema",
-    "query_dictionary",
-    "search_sql_examples",
-    "execute_sql",
-    "fetch_page",
-    "validate_result",
-    "ask_clarify",
-)
-STATE_TOOL = "update_state"  # added by toolset emr-v1+state
 
 
 class ToolResult(BaseModel):
@@ -64,6 +54,10 @@ class ToolOptions:
     cache: bool = True
 
 
+class FromCache(dict[str, Any]):
+    """A tool's content served from the run's cache (ToolResult.cached)."""
+
+
 @dataclass
 class Shared:
     """Per-run objects shared by every worker."""
@@ -86,13 +80,16 @@ class Toolkit:
     confirmed_time_tables: set[str] = field(default_factory=set)
     results: dict[str, QueryResult] = field(default_factory=dict)
     last_result: dict[str, Any] | None = None
-    tool_names: tuple[str, ...] = TOOL_NAMES
+    tool_names: tuple[str, ...] = ()  # default: the emr toolset
     state: QueryState = field(default_factory=QueryState)
     turn: int = 0
-    _cached: bool = False
+
+    def __post_init__(self) -> None:
+        self.tool_names = self.tool_names or TOOL_NAMES
 
     # ---- tools -------------------------------------------------------------------------------
 
+    @tool("emr")
     def query_schema(self, table_name: str | None = None) -> dict[str, Any]:
         """Show the database tables, or the full column list of one table.
 
@@ -119,6 +116,7 @@ class Toolkit:
                 out["hint"] = f"likely target columns for this question: {', '.join(hint)}"
         return out
 
+    @tool("emr", "plan")
     def query_dictionary(self, term: str) -> dict[str, Any]:
         """Look up columns, codes, units, NULL meaning and time semantics in the data dictionary.
 
@@ -131,6 +129,7 @@ class Toolkit:
         hits = [row for row in self.shared.dictionary if any(t in (v or "").lower() for v in row.values())]
         return {"matches": hits[:20], "total": len(hits)}
 
+    @tool("emr")
     def search_sql_examples(self, question: str) -> dict[str, Any]:
         """Find example questions with the SQL that answered them, most similar first.
 
@@ -145,6 +144,7 @@ class Toolkit:
         scored.sort(key=lambda s: -s[0])
         return {"examples": [ex for _, ex in scored[:3]]}
 
+    @tool("emr")
     def execute_sql(self, sql: str, require_timefield_confirmation: bool = False) -> dict[str, Any]:
         """Run one read-only SELECT on the eval database. Results over 200 rows come back paged with
         the total row count and a per-column summary.
@@ -179,13 +179,18 @@ class Toolkit:
         if unloaded and self.options.supplementary_schema:
             out["supplementary_schema"] = {t: self.shared.catalog.table_text(t) for t in unloaded}
             self.loaded_tables.update(unloaded)
-        result = self._run(sql)
+        result, cached = self._run(sql)
         rid = uuid.uuid4().hex[:8]
         self.results[rid] = result
-        out.update(_page(result, rid, 0))
-        self.last_result = {"columns": result.columns, "rows": result.rows[:PAGE_ROWS], "total_rows": _total(result)}
-        return out
+        out.update(paging.page(result, rid, 0))
+        self.last_result = {
+            "columns": result.columns,
+            "rows": result.rows[: paging.PAGE_ROWS],
+            "total_rows": paging.total_rows(result),
+        }
+        return FromCache(out) if cached else out
 
+    @tool("emr", "plan")
     def fetch_page(self, result_id: str, page: int) -> dict[str, Any]:
         """Fetch another page (200 rows) of an earlier execute_sql result.
 
@@ -196,10 +201,11 @@ class Toolkit:
         result = self.results.get(result_id)
         if result is None:
             raise ToolError(f"no result {result_id!r} in this dialogue")
-        if page < 0 or page * PAGE_ROWS >= max(len(result.rows), 1):
-            raise ToolError(f"page {page} is out of range (0..{max(len(result.rows) - 1, 0) // PAGE_ROWS})")
-        return _page(result, result_id, page)
+        if page < 0 or page * paging.PAGE_ROWS >= max(len(result.rows), 1):
+            raise ToolError(f"page {page} is out of range (0..{paging.last_page(result)})")
+        return paging.page(result, result_id, page)
 
+    @tool("emr")
     def validate_result(self, claim: str, evidence: str | None = None) -> dict[str, Any]:
         """Check that the numbers and entities in your conclusion are supported by the evidence.
 
@@ -219,6 +225,7 @@ class Toolkit:
         names = [d.get("meaning", "") for d in self.shared.dictionary if d.get("table_name") == "dict_dept"]
         return check_claim(claim, ev, known_entities=[n for n in names if n])
 
+    @tool("emr", "plan")
     def ask_clarify(self, question: str) -> dict[str, Any]:
         """Ask the clinician a clarifying question when the request is ambiguous.
 
@@ -231,6 +238,7 @@ class Toolkit:
         self.turn += 1
         return {"answer": self.user.answer(question)}
 
+    @tool("state")
     def update_state(
         self,
         intent: str | None = None,
@@ -278,24 +286,23 @@ class Toolkit:
 
     # ---- dispatch ----------------------------------------------------------------------------
 
-    def _run(self, sql: str) -> QueryResult:
+    def _run(self, sql: str) -> tuple[QueryResult, bool]:
+        """The result and whether it came from the run's cache."""
         # whitespace-normalized text: cheap, and literals keep their case
         key = " ".join(sql.split()).rstrip(";") if self.options.cache else None
         if key is not None:
             hit = self.shared.cache.get("execute_sql", key)
             if hit is not None:
-                self._cached = True
-                return hit  # type: ignore[no-any-return]
+                return hit, True
         result = self.executor.run(sql, checked=True)
         if key is not None:
             self.shared.cache.put("execute_sql", key, result)
-        return result
+        return result, False
 
     def call(self, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
         t0 = time.perf_counter()
-        self._cached = False
         try:
-            if name not in self.tool_names:
+            if name not in self.tool_names or not is_tool(type(self), name):
                 raise ToolError(f"unknown tool {name!r}; available: {', '.join(self.tool_names)}")
             args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments or {})
             if not isinstance(args, dict):
@@ -303,14 +310,14 @@ class Toolkit:
             params = arg_model(type(self), name).model_validate(args).model_dump(exclude_unset=True)
             cacheable = self.options.cache and name in ("query_dictionary", "search_sql_examples")
             content = self.shared.cache.get(name, params) if cacheable else None
-            if content is not None:
-                self._cached = True
-            else:
+            cached = content is not None
+            if content is None:
                 content = getattr(self, name)(**params)
+                cached = isinstance(content, FromCache)
                 if cacheable:
                     self.shared.cache.put(name, params, content)
             return ToolResult(
-                name=name, ok=True, content=content, cached=self._cached, elapsed_ms=(time.perf_counter() - t0) * 1000
+                name=name, ok=True, content=content, cached=cached, elapsed_ms=(time.perf_counter() - t0) * 1000
             )
         except ValidationError as exc:
             err = exc.errors()[0]
@@ -331,104 +338,5 @@ def _filters_on_time(sql: str, catalog: Catalog, table: str) -> bool:
     return len(where) == 2 and any(re.search(rf"\b{c.name}\b", where[1]) for c in catalog.time_columns(table))
 
 
-def _summary(result: QueryResult) -> dict[str, Any]:
-    summary: dict[str, Any] = {}
-    for i, col in enumerate(result.columns):
-        values = [r[i] for r in result.rows]
-        nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-        entry: dict[str, Any] = {
-            "nulls": sum(v is None for v in values),
-            "distinct": len({json.dumps(v, default=str) for v in values}),
-        }
-        if nums:
-            entry.update(min=min(nums), max=max(nums), mean=round(sum(nums) / len(nums), 4))
-        summary[col] = entry
-    return summary
-
-
-def _total(result: QueryResult) -> int | str:
-    """The true row count, or what is known of it when counting past the cap was not cheap."""
-    return result.total_rows if result.total_known else f"more than {len(result.rows)}"
-
-
-def _page(result: QueryResult, rid: str, page: int) -> dict[str, Any]:
-    start = page * PAGE_ROWS
-    rows = result.rows[start : start + PAGE_ROWS]
-    total = _total(result)
-    out: dict[str, Any] = {
-        "result_id": rid,
-        "columns": result.columns,
-        "rows": rows,
-        "total_rows": total,
-        "status": "success_empty" if result.total_rows == 0 else "success",
-    }
-    if result.total_rows > PAGE_ROWS:
-        out.update(
-            page=page,
-            pages=(min(len(result.rows), result.total_rows) - 1) // PAGE_ROWS + 1,
-            column_summary=_summary(result),
-            note=f"showing rows {start + 1}-{start + len(rows)} of {total}; use fetch_page"
-            + (f"; only the first {len(result.rows)} rows can be paged, narrow the query" if result.capped else ""),
-        )
-    return out
-
-
-def _docs(method: Any) -> tuple[str, dict[str, str]]:
-    doc = inspect.getdoc(method) or ""
-    head, _, args = doc.partition("Args:")
-    params: dict[str, str] = {}
-    current = None
-    for line in args.splitlines():
-        m = re.match(r"\s*(\w+):\s*(.*)", line)
-        if m and m.group(1) in inspect.signature(method).parameters:
-            current = m.group(1)
-            params[current] = m.group(2).strip()
-        elif current and line.strip():
-            params[current] += " " + line.strip()
-    return " ".join(head.split()), params
-
-
-_ARG_MODELS: dict[tuple[type, str], type[BaseModel]] = {}
-
-
-def arg_model(cls: type, name: str) -> type[BaseModel]:
-    """A pydantic model of a tool's arguments, from the method's typed signature (built once)."""
-    if (cls, name) not in _ARG_MODELS:
-        _ARG_MODELS[(cls, name)] = _build_arg_model(cls, name)
-    return _ARG_MODELS[(cls, name)]
-
-
-def _build_arg_model(cls: type, name: str) -> type[BaseModel]:
-    method = getattr(cls, name)
-    sig = inspect.signature(method)
-    hints = inspect.get_annotations(method, eval_str=True)
-    fields: dict[str, Any] = {}
-    for p in list(sig.parameters.values())[1:]:
-        default = ... if p.default is inspect.Parameter.empty else p.default
-        fields[p.name] = (hints[p.name], default)
-    return create_model(f"{name}_args", __config__={"extra": "forbid"}, **fields)
-
-
-def openai_tools(names: tuple[str, ...] = TOOL_NAMES, cls: type | None = None) -> list[dict[str, Any]]:
-    """Chat-completions `tools` for the model, derived from the typed signatures and docstrings."""
-    key = (names, cls or Toolkit)
-    if key not in _TOOL_SCHEMAS:
-        _TOOL_SCHEMAS[key] = _tool_schemas(*key)
-    return _TOOL_SCHEMAS[key]
-
-
-_TOOL_SCHEMAS: dict[tuple[tuple[str, ...], type], list[dict[str, Any]]] = {}
-
-
-def _tool_schemas(names: tuple[str, ...], cls: type) -> list[dict[str, Any]]:
-    out = []
-    for name in names:
-        description, arg_docs = _docs(getattr(cls, name))
-        schema = arg_model(cls, name).model_json_schema()
-        schema.pop("title", None)
-        for pname, prop in schema.get("properties", {}).items():
-            prop.pop("title", None)
-            if pname in arg_docs:
-                prop["description"] = arg_docs[pname]
-        out.append({"type": "function", "function": {"name": name, "description": description, "parameters": schema}})
-    return out
+TOOL_NAMES = tools_of(Toolkit, "emr")
+STATE_TOOL = "update_state"  # added by toolset emr-v1+state

@@ -10,13 +10,14 @@ import pytest
 from pydantic import ValidationError
 
 from evalpkg.agent.executor import ReadOnlyExecutor
+from evalpkg.agent.function_schema import openai_tools
 from evalpkg.agent.llm_user import LLMUser
 from evalpkg.agent.loop import system_prompt
 from evalpkg.agent.plan_tools import PLAN_TOOL_NAMES, PlanToolkit
 from evalpkg.agent.planner import Plan, PlanError, compile_plan
 from evalpkg.agent.session import agent_url
 from evalpkg.agent.state import QueryState, asked, merge
-from evalpkg.agent.tools import STATE_TOOL, TOOL_NAMES, Shared, openai_tools
+from evalpkg.agent.tools import STATE_TOOL, TOOL_NAMES, Shared, Toolkit
 from evalpkg.agent.write_risk import assess
 from evalpkg.pipeline.config import RunConfig
 from evalpkg.settings import Settings
@@ -57,7 +58,7 @@ def test_update_state_tool(new_toolkit: NewToolkit) -> None:
     r = tk.call("update_state", {"intent": "count", "metric": "HbA1c > 7%"}).content
     assert r["missing_slots"] == ["population", "time_range"] and r["next_action"] == "ask_clarify"
     assert "confidence must be" in (tk.call("update_state", {"confidence": 3}).error or "")
-    names = [t["function"]["name"] for t in openai_tools((*TOOL_NAMES, STATE_TOOL))]
+    names = [t["function"]["name"] for t in openai_tools((*TOOL_NAMES, STATE_TOOL), Toolkit)]
     assert names[-1] == "update_state"
 
 

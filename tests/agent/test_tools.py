@@ -8,10 +8,12 @@ import json
 import pytest
 
 from evalpkg.agent.executor import DEFAULT_ROW_CAP
+from evalpkg.agent.function_schema import openai_tools
 from evalpkg.agent.llm_user import LLMUser
 from evalpkg.agent.model_client import ModelClient
+from evalpkg.agent.paging import PAGE_ROWS
 from evalpkg.agent.plan_tools import PLAN_TOOL_NAMES, PlanToolkit
-from evalpkg.agent.tools import PAGE_ROWS, STATE_TOOL, TOOL_NAMES, Shared, Toolkit, openai_tools
+from evalpkg.agent.tools import STATE_TOOL, TOOL_NAMES, Shared, Toolkit
 from evalpkg.agent.user_sim import ScriptedUser
 from evalpkg.errors import ConfigError
 from evalpkg.pipeline.config import RunConfig
@@ -21,7 +23,7 @@ from tests.testset.test_models_and_fingerprints import task_dict
 
 
 def test_json_schemas_come_from_signatures() -> None:
-    tools = {t["function"]["name"]: t["function"] for t in openai_tools()}
+    tools = {t["function"]["name"]: t["function"] for t in openai_tools(TOOL_NAMES, Toolkit)}
     assert set(tools) == {
         "query_schema",
         "query_dictionary",
@@ -68,6 +70,8 @@ def test_bad_arguments_are_tool_errors(new_toolkit: NewToolkit) -> None:
     assert tk.call("execute_sql", {}).error == "bad arguments: sql: Field required"
     assert "not valid JSON" in (tk.call("execute_sql", "{sql: ").error or "")
     assert "unknown tool" in (tk.call("drop_everything", {}).error or "")
+    tk.tool_names = (*tk.tool_names, "_run")  # listed, but not a @tool method: still not callable
+    assert "unknown tool" in (tk.call("_run", {"sql": "select 1"}).error or "")
     assert "Extra inputs" in (tk.call("query_schema", {"table_name": "t_zy_visit", "x": 1}).error or "")
     assert "unknown table" in (tk.call("query_schema", {"table_name": "nope"}).error or "")
 
