@@ -67,6 +67,15 @@ def diff(a: str, b: str) -> None:
 
 
 @app.command()
+def migrate(source: Annotated[str, typer.Option("--from", help="the latest release, e.g. v2")]) -> None:
+    """Next release = SOURCE with each task's outputs and variant asks from its template (per-variant grading)."""
+    from evalpkg.testset.migrate import migrate as run
+
+    rel, plan = run(get_settings(), source, progress=_log)
+    _log(f"released {rel.version}: {plan.summary()}")
+
+
+@app.command()
 def refresh(
     month: Annotated[str, typer.Option(help="YYYY-MM of the tickets to mine")],
     auto_approve: Annotated[bool, typer.Option(help="approve synthetic tickets without review")] = False,

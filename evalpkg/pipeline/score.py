@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +19,7 @@ from evalpkg.errors import DataError
 from evalpkg.pipeline.citations import unsupported_numbers
 from evalpkg.pipeline.comparator import match, order_key_columns
 from evalpkg.sql.guard import SqlRefused
-from evalpkg.testset.models import ArgConstraint, ExpectedToolCall, Language, Task, TaskType
+from evalpkg.testset.models import ArgConstraint, Complexity, ExpectedToolCall, Language, Task, TaskType
 
 SCORE_FORMAT_VERSION = 1
 REFUSAL = re.compile(
@@ -153,17 +154,20 @@ def covers(answer: str, point: str) -> float:
 
 
 def answer_coverage(
-    task: Task, answer: str, gold_rows: list[list[Any]] | None, language: str
+    task: Task, answer: str, gold_rows: list[list[Any]] | None, language: str, graded: Collection[int] | None = None
 ) -> tuple[float | None, list[int]]:
     """Numbers exact within tolerance (percent and unit forms allowed); text by character n-gram
     cosine similarity, which works offline and across zh/en tokenisation. A number point whose gold
-    cell is NULL or absent on this snapshot states nothing to check and is left out. Returns the
+    cell is NULL or absent on this snapshot states nothing to check and is left out, and so is one in
+    a column the variant does not ask for (graded: the gold columns it asks for; None: all). Returns the
     coverage and the indexes of the points the answer missed."""
     numbers = _numbers(answer)
     unit = (task.result.unit or "").lower()
     scored, missed = 0, []
     for index, p in enumerate(task.answer_points):
         if p.kind == "number":
+            if graded is not None and p.col not in graded:
+                continue
             try:
                 value = float(gold_rows[p.row][p.col]) if gold_rows is not None else None  # type: ignore[index]
             except (IndexError, TypeError, ValueError):
@@ -201,11 +205,54 @@ def _pinned(gold_columns: list[str], pred_columns: list[str]) -> dict[int, int]:
     return {j: names.index(c.lower()) for j, c in enumerate(gold_columns) if names.count(c.lower()) == 1}
 
 
+def asked_columns(task: Task, language: str, complexity: str) -> list[str] | None:
+    """The gold columns the instance's variant asks for (None: every gold column)."""
+    try:
+        return task.graded_columns(Language(language), Complexity(complexity))
+    except (KeyError, ValueError):
+        return None
+
+
+def _positions(columns: list[str], asked: list[str] | None) -> list[int] | None:
+    """Where the asked columns are in a gold's result (all of them when asked is None); None where the
+    gold lacks one: that gold does not answer this variant."""
+    names = [c.lower() for c in columns]
+    if asked is None:
+        return list(range(len(columns)))
+    wanted = [c.lower() for c in asked]
+    return [names.index(c) for c in wanted] if all(c in names for c in wanted) else None
+
+
+def _graded_view(
+    rows: list[list[Any]], columns: list[str], keep: list[int], keys: list[int] | None
+) -> tuple[list[list[Any]], list[str], list[int] | None]:
+    """The gold as graded for a variant: only the columns it asks for. ORDER BY keys that are dropped leave
+    the gold's row order itself as the order (keys None), which validation checked the data decides."""
+    if keep == list(range(len(columns))):
+        return rows, columns, keys
+    kept_keys = [keep.index(k) for k in keys] if keys is not None and all(k in keep for k in keys) else None
+    return [[r[j] for j in keep] for r in rows], [columns[j] for j in keep], kept_keys
+
+
+def _unclaimed(
+    pred: list[list[Any]] | None, pred_columns: list[str], columns: list[str], keep: list[int]
+) -> tuple[list[list[Any]] | None, list[str]]:
+    """The prediction without columns named like a gold column the variant does not ask for: such a column
+    claims that meaning, so it cannot stand for an asked one."""
+    asked = {columns[j].lower() for j in keep}
+    other = {c.lower() for c in columns} - asked
+    stay = [i for i, c in enumerate(pred_columns) if c.lower() not in other]
+    if pred is None or len(stay) == len(pred_columns):
+        return pred, pred_columns
+    return [[r[i] for i in stay] for r in pred], [pred_columns[i] for i in stay]
+
+
 def execution_match(
-    task: Task, sql: str | None, gold: GoldCache, executor: ReadOnlyExecutor
-) -> tuple[str, bool, list[list[Any]] | None]:
-    """(status of the agent's SQL re-run now, whether it matches a gold, the gold rows answer points
-    are read from: the matching gold's, else the first's)."""
+    task: Task, sql: str | None, gold: GoldCache, executor: ReadOnlyExecutor, asked: list[str] | None = None
+) -> tuple[str, bool, list[list[Any]] | None, list[str]]:
+    """(status of the agent's SQL re-run now, whether it matches a gold on the columns the variant asks
+    for (asked; None: all), the gold rows answer points are read from: the matching gold's, else the
+    first's that answers the variant, and that gold's columns)."""
     pred: list[list[Any]] | None = None
     pred_columns: list[str] = []
     capped = False
@@ -218,22 +265,28 @@ def execution_match(
             status = "success" if result.rows else "success_empty"
         except (QueryFailed, SqlRefused):
             pred = None
-    gold_rows: list[list[Any]] | None = None
+    first: tuple[list[list[Any]], list[str]] | None = None
     for gold_sql in task.gold_sql:
         columns, rows = gold.get(gold_sql)
-        gold_rows = gold_rows if gold_rows is not None else rows
+        keep = _positions(columns, asked)
+        if keep is None:
+            continue
+        first = first or (rows, columns)
         keys = order_key_columns(gold_sql, columns) if task.result.order_matters else None
+        graded, graded_columns, graded_keys = _graded_view(rows, columns, keep, keys)
+        seen, seen_columns = _unclaimed(pred, pred_columns, columns, keep)
         if match(
-            pred,
-            rows,
+            seen,
+            graded,
             order_matters=task.result.order_matters,
             rel_tol=task.result.numeric_tolerance,
-            order_keys=keys,
+            order_keys=graded_keys,
             truncated=capped,  # a capped result is a sample, never a match
-            pinned=_pinned(columns, pred_columns),
+            pinned=_pinned(graded_columns, seen_columns),
         ):
-            return status, True, rows
-    return status, False, gold_rows
+            return status, True, rows, columns
+    rows_read, columns_read = first if first is not None else (None, [])
+    return status, False, rows_read, columns_read
 
 
 def _first_attempt_correct(task: Task, traj: Trajectory, gold: GoldCache, executor: ReadOnlyExecutor) -> bool | None:
@@ -242,8 +295,9 @@ def _first_attempt_correct(task: Task, traj: Trajectory, gold: GoldCache, execut
         return None
     first = next((c for c in traj.tool_calls() if c.name == "execute_sql"), None)
     sql = first.arguments.get("sql") if first is not None and isinstance(first.arguments, dict) else None
+    asked = asked_columns(task, traj.language, traj.complexity)
     return bool(
-        first is not None and first.ok and isinstance(sql, str) and execution_match(task, sql, gold, executor)[1]
+        first is not None and first.ok and isinstance(sql, str) and execution_match(task, sql, gold, executor, asked)[1]
     )
 
 
@@ -254,8 +308,10 @@ def score_instance(
     signature = Counter(
         (c.name, json.dumps(c.arguments, sort_keys=True, ensure_ascii=False, default=str)) for c in calls
     )
-    status, exec_match, gold_rows = execution_match(task, traj.final_sql, gold, executor)
-    coverage, missed_points = answer_coverage(task, traj.final_answer, gold_rows, traj.language)
+    wanted = asked_columns(task, traj.language, traj.complexity)
+    status, exec_match, gold_rows, gold_columns = execution_match(task, traj.final_sql, gold, executor, wanted)
+    graded = None if wanted is None else _positions(gold_columns, wanted) or []
+    coverage, missed_points = answer_coverage(task, traj.final_answer, gold_rows, traj.language, graded)
     correct = exec_match if task.answerable else (traj.final_sql is None and bool(REFUSAL.search(traj.final_answer)))
     precision, recall, order_ok = expected_call_scores(task, traj)
     stated, unsupported = unsupported_numbers(traj)

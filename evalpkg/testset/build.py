@@ -17,12 +17,14 @@ from evalpkg.sql import fingerprint
 from evalpkg.testset import determinism, release
 from evalpkg.testset.gold import GoldError, agent_connection, run_gold, snapshot_version
 from evalpkg.testset.models import (
+    TASK_FORMAT_VERSION,
     Annotator,
     AnswerPoint,
     Complexity,
     Difficulty,
     HiddenSlot,
     Language,
+    Output,
     Provenance,
     QuestionVariant,
     ResultSpec,
@@ -32,6 +34,7 @@ from evalpkg.testset.models import (
     Turn,
 )
 from evalpkg.testset.params import Value, combinations, domains
+from evalpkg.testset.validate import gold_columns, output_problems
 
 GENERATOR_VERSION = "templates-v1"
 MIN_GROUPED_ROWS = 3
@@ -53,6 +56,8 @@ class Template(BaseModel):
     count: int
     params: list[str] = []
     variants: dict[Language, dict[Complexity, str]]
+    outputs: list[Output] = []
+    asks: dict[Language, dict[Complexity, list[str]]] = {}  # per wording, the output names it asks for
     gold_sql: list[str]
     answerable: bool = True
     tables: list[str]
@@ -102,16 +107,23 @@ def instantiate(t: Template, combo: dict[str, Value], number: int) -> Task:
     params = {name: v.obj for name, v in combo.items()}
     r = _render(t.model_dump(mode="json"), params)
     return Task(
+        format_version=TASK_FORMAT_VERSION,
         id=f"{TYPE_PREFIX[t.type]}-{t.id}-{number:03d}",
         type=t.type,
         difficulty=t.difficulty,
         variants=[
-            QuestionVariant(language=Language(lang), complexity=Complexity(level), text=text)
+            QuestionVariant(
+                language=Language(lang),
+                complexity=Complexity(level),
+                text=text,
+                asks=r["asks"].get(lang, {}).get(level, []),
+            )
             for lang, levels in r["variants"].items()
             for level, text in levels.items()
         ],
         turns=[Turn.model_validate(turn) for turn in r["turns"]],
         gold_sql=r["gold_sql"],
+        outputs=t.outputs,
         answerable=t.answerable,
         result=ResultSpec.model_validate(r["result"]),
         answer_points=[AnswerPoint.model_validate(a) for a in r["answer_points"]],
@@ -152,6 +164,8 @@ def build(settings: Settings, *, seed: int = 1, progress: Callable[[str], None] 
                 if reason:
                     report.skipped.setdefault(t.id, []).append(reason)
                     continue
+                if problems := output_problems(task, [gold_columns(conn, sql) for sql in task.gold_sql]):
+                    raise ConfigError(f"template {t.id}: {problems[0]}")
                 seen.update(fingerprint.exact(sql) for sql in task.gold_sql)
                 report.tasks.append(task)
                 made += 1

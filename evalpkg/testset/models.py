@@ -7,7 +7,8 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-TASK_FORMAT_VERSION: Final = 1
+# 2: a task may declare its outputs and what each question variant asks for; format 1 files still load.
+TASK_FORMAT_VERSION: Final = 2
 
 
 class TaskType(StrEnum):
@@ -49,6 +50,15 @@ class QuestionVariant(Strict):
     language: Language
     complexity: Complexity
     text: Annotated[str, Field(min_length=4)]
+    asks: list[str] = []  # names of the task's outputs this wording asks for; empty: all of them
+
+
+class Output(Strict):
+    """One thing a task's answer consists of: a column of the gold result, and what it means."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+    meaning: dict[Language, str]
+    column: Annotated[str, Field(min_length=1)]  # the gold result column that carries it
 
 
 class ArgConstraint(Strict):
@@ -142,13 +152,14 @@ Tag = Literal[
 
 
 class Task(Strict):
-    format_version: Literal[1] = TASK_FORMAT_VERSION
+    format_version: Literal[1, 2] = 1  # TASK_FORMAT_VERSION (2) where the task declares outputs
     id: Annotated[str, Field(pattern=r"^[a-z]{2,4}-[a-z0-9_]+-\d{3}$")]
     type: TaskType
     difficulty: Difficulty
     variants: list[QuestionVariant]
     turns: list[Turn]
     gold_sql: list[str]  # any one is acceptable; empty only when the task is unanswerable
+    outputs: list[Output] = []  # empty: every gold column is graded, whatever the variant
     answerable: bool = True
     result: ResultSpec = ResultSpec()
     answer_points: list[AnswerPoint] = []
@@ -174,10 +185,26 @@ class Task(Strict):
             raise ValueError("hidden_slots are required for, and only for, clarification tasks")
         if not self.turns or self.turns[0].user is not None:
             raise ValueError("turn 0 is the question itself (user: null)")
+        if self.format_version == 1 and (self.outputs or any(v.asks for v in self.variants)):
+            raise ValueError("outputs and variant asks need format_version 2")
         return self
 
-    def question(self, language: Language, complexity: Complexity) -> str:
+    def variant(self, language: Language, complexity: Complexity) -> QuestionVariant:
         for v in self.variants:
             if v.language is language and v.complexity is complexity:
-                return v.text
+                return v
         raise KeyError((language, complexity))
+
+    def question(self, language: Language, complexity: Complexity) -> str:
+        return self.variant(language, complexity).text
+
+    def asked(self, variant: QuestionVariant) -> list[Output]:
+        """The outputs a variant asks for: those it names (unknown names ignored), else every one."""
+        by_name = {o.name: o for o in self.outputs}
+        return [by_name[n] for n in variant.asks if n in by_name] if variant.asks else list(self.outputs)
+
+    def graded_columns(self, language: Language, complexity: Complexity) -> list[str] | None:
+        """The gold columns a variant is graded on; None: every gold column (no outputs declared, or the
+        variant names none that exists)."""
+        columns = [o.column for o in self.asked(self.variant(language, complexity))]
+        return columns or None

@@ -7,13 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from evalpkg.db import first_line
 from evalpkg.errors import DataError
 from evalpkg.expectations import ValidationReport, load_suite, validate_frames
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint
 from evalpkg.testset import determinism, release
-from evalpkg.testset.gold import GoldError, agent_connection, run_gold, snapshot_version
-from evalpkg.testset.models import Difficulty, Task, TaskType
+from evalpkg.testset.gold import GOLD_TIMEOUT_MS, GoldError, agent_connection, run_gold, snapshot_version
+from evalpkg.testset.models import Difficulty, QuestionVariant, Task, TaskType
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -63,6 +64,57 @@ def structural_problems(tasks: list[Task], *, min_tasks: int = MIN_TASKS) -> lis
     return problems
 
 
+def gold_columns(conn: psycopg.Connection, sql: str) -> list[str]:
+    """The gold result's column names as PostgreSQL reports them, without fetching a row."""
+    import psycopg
+
+    try:
+        with conn.transaction():
+            conn.execute("set transaction read only")
+            conn.execute(f"set local statement_timeout = {int(GOLD_TIMEOUT_MS)}")
+            cur = conn.execute(f"select * from ({sql.strip().rstrip(';')}) as gold limit 0")  # SQL from task files
+            return [d.name for d in cur.description or []]
+    except psycopg.Error as exc:
+        raise GoldError(first_line(exc)) from exc
+
+
+def output_problems(task: Task, columns: list[list[str]] | None = None) -> list[str]:
+    """What a task's outputs and its variants' asks get wrong: an unknown output, an output no variant asks
+    for, duplicates; given each gold's result columns, a variant that no gold answers (none returns every
+    column it asks for) and a gold that answers no variant."""
+    names = [o.name for o in task.outputs]
+    problems = [f"{task.id}: output {n!r} is declared twice" for n, k in Counter(names).items() if k > 1]
+    columns_used = Counter(o.column.lower() for o in task.outputs)
+    problems += [f"{task.id}: column {c!r} carries two outputs" for c, k in columns_used.items() if k > 1]
+    problems += [
+        f"{_label(task, v)}: asks for unknown output {n!r}" for v in task.variants for n in v.asks if n not in names
+    ]
+    asked = {n for v in task.variants for n in (v.asks or names)}
+    problems += [f"{task.id}: output {n!r} is asked for by no variant" for n in names if n not in asked]
+    if columns is None or not task.outputs:
+        return problems
+    returned = [{c.lower() for c in cols} for cols in columns]
+    # missing[i][k]: the outputs variant i asks for that gold k does not return
+    missing = [[[o for o in task.asked(v) if o.column.lower() not in r] for r in returned] for v in task.variants]
+    for v, per_gold in zip(task.variants, missing, strict=True):
+        if per_gold and all(per_gold):
+            o = min(per_gold, key=len)[0]
+            problems.append(
+                f"{_label(task, v)}: asks for output {o.name!r} (column {o.column!r}), "
+                "which the gold result does not return"
+            )
+    problems += [
+        f"{task.id}: gold #{k + 1} returns the columns of no variant's asks"
+        for k in range(len(returned))
+        if all(per_gold[k] for per_gold in missing)
+    ]
+    return problems
+
+
+def _label(task: Task, v: QuestionVariant) -> str:
+    return f"{task.id} variant {v.language.value}/{v.complexity.value}"
+
+
 def validate(
     settings: Settings,
     version: str | None = None,
@@ -80,16 +132,20 @@ def validate(
     with agent_connection(settings) as conn:
         report.snapshot_version = snapshot_version(conn)
         for i, task in enumerate(rel.tasks, 1):
+            columns: list[list[str]] | None = []
             for sql in task.gold_sql:
                 report.gold_queries += 1
                 try:
                     rows = run_gold(conn, sql)
+                    columns = None if columns is None else [*columns, gold_columns(conn, sql)]
                 except GoldError as exc:
                     report.problems.append(f"{rel.root / 'tasks' / (task.id + '.json')}: field gold_sql: {exc}")
+                    columns = None
                     continue
                 if not rows and not task.result.empty_expected:
                     report.problems.append(f"{task.id}: gold SQL returned no rows (result.empty_expected is false)")
                 _check_determinism(report, conn, task, sql, rows)
+            report.problems += output_problems(task, columns)
             if i % 50 == 0:
                 progress(f"checked {i}/{len(rel.tasks)} tasks")
     return report

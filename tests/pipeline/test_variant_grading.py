@@ -1,0 +1,197 @@
+"""Per-variant grading (issue 9): an instance is graded on the outputs its question variant asks for.
+Every case names its reason; the results come from a stand-in executor, so no database is needed."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+
+from evalpkg.agent.executor import QueryFailed, QueryResult, ReadOnlyExecutor
+from evalpkg.agent.trajectory import Trajectory
+from evalpkg.pipeline.score import GoldCache, InstanceScore, score_instance
+from evalpkg.testset.models import Task
+
+GOLD = "select diabetics, treated, pct from coverage"
+COLUMNS = ["diabetics", "treated", "pct"]
+ROW = [40, 30, 75.0]
+ASKS = {"colloquial": ["treated"], "plain": ["treated", "pct"], "technical": COLUMNS}
+Result = tuple[list[str], list[list[Any]]]
+
+
+class Results:
+    """The stand-in executor: SQL text -> (columns, rows); any other SQL fails like a bad query."""
+
+    row_cap = 1000
+
+    def __init__(self, results: dict[str, Result]) -> None:
+        self.results = results
+
+    def run(self, sql: str) -> QueryResult:
+        if sql not in self.results:
+            raise QueryFailed("relation does not exist")
+        columns, rows = self.results[sql]
+        return QueryResult(columns=columns, rows=rows, total_rows=len(rows), capped=False, elapsed_ms=1.0)
+
+
+def make_task(
+    outputs: list[str] | None = COLUMNS,
+    asks: dict[str, list[str]] = ASKS,
+    gold: list[str] | None = None,
+    *,
+    order_matters: bool = False,
+    points: int = 3,
+) -> Task:
+    """A task whose variants ask as `asks` says per complexity (outputs None: a format 1 task)."""
+    variants = [
+        {"language": lang, "complexity": level, "text": f"{lang} {level} question", "asks": asks.get(level, [])}
+        for lang in ("zh", "en")
+        for level in ("colloquial", "plain", "technical")
+    ]
+    if outputs is None:
+        variants = [{k: v for k, v in variant.items() if k != "asks"} for variant in variants]
+    return Task.model_validate(
+        {
+            "format_version": 1 if outputs is None else 2,
+            "id": "ja-coverage-001",
+            "type": "join_aggregate",
+            "difficulty": "hard",
+            "variants": variants,
+            "turns": [{"user": None, "expected_tool_calls": [{"name": "execute_sql"}]}],
+            "gold_sql": gold or [GOLD],
+            "outputs": [{"name": n, "meaning": {"zh": n, "en": n}, "column": n} for n in outputs or []],
+            "result": {"order_matters": order_matters, "numeric_tolerance": 0.01},
+            "answer_points": [{"kind": "number", "row": 0, "col": c, "tolerance": 0.0} for c in range(points)],
+            "tables": ["t_zy_visit"],
+            "provenance": {"source": "template", "template_id": "coverage", "generator_version": "t"},
+            "review": {"annotators": [{"role": "generator", "id": "t"}], "agreement": 1.0},
+        }
+    )
+
+
+def score(
+    task: Task, level: str, pred: Result | None, answer: str, golds: dict[str, Result] | None = None
+) -> InstanceScore:
+    results = {sql: (golds or {}).get(sql, (COLUMNS, [ROW])) for sql in task.gold_sql}
+    if pred is not None:
+        results["agent sql"] = pred
+    executor = cast(ReadOnlyExecutor, Results(results))
+    traj = Trajectory(
+        instance_id=f"{task.id}:zh:{level}:0",
+        task_id=task.id,
+        agent="test",
+        language="zh",
+        complexity=level,
+        question=f"zh {level} question",
+        final_answer=answer,
+        final_sql="agent sql" if pred is not None else None,
+    )
+    return score_instance(task, traj, 0, GoldCache(executor), executor)
+
+
+@pytest.mark.parametrize(
+    ("level", "pred", "answer", "match", "coverage", "why"),
+    [
+        (
+            "colloquial",
+            (["treated"], [[30]]),
+            "30 位患者在用降糖药",
+            True,
+            1.0,
+            "asks only the count: the count alone matches, the denominator and percentage points are not graded",
+        ),
+        ("colloquial", (["n"], [[30]]), "30", True, 1.0, "the asked column may carry any name"),
+        ("colloquial", (COLUMNS, [ROW]), "30 of 40, 75%", True, 1.0, "the full gold result is still accepted"),
+        ("colloquial", (["treated"], [[31]]), "31", False, 0.0, "a wrong count is still wrong"),
+        (
+            "colloquial",
+            (["treated", "pct"], [[30, 12.0]]),
+            "30",
+            True,
+            1.0,
+            "a wrong value in a column the variant does not ask for is not graded",
+        ),
+        (
+            "colloquial",
+            (["diabetics"], [[30]]),
+            "30",
+            False,
+            1.0,
+            "a column named like another output claims that meaning: it cannot stand for the asked count",
+        ),
+        ("plain", (["treated", "pct"], [[30, 75.0]]), "30, 75%", True, 1.0, "asks count and percentage: both given"),
+        ("plain", (["treated"], [[30]]), "30", False, 0.5, "asks the percentage too: the count alone fails"),
+        (
+            "technical",
+            (["diabetics", "treated"], [[40, 30]]),
+            "30 of 40",
+            False,
+            2 / 3,
+            "asks all three: a missing percentage fails the match and its answer point",
+        ),
+        ("technical", (COLUMNS, [ROW]), "40, 30, 75%", True, 1.0, "asks all three: all three given"),
+        ("technical", None, "30", False, 1 / 3, "no SQL at all fails whatever was asked"),
+    ],
+)
+def test_a_variant_is_graded_on_what_it_asks(
+    level: str, pred: Result | None, answer: str, match: bool, coverage: float, why: str
+) -> None:
+    s = score(make_task(), level, pred, answer)
+    assert (s.exec_match, s.correct) == (match, match), why
+    assert s.answer_coverage == pytest.approx(coverage), why
+
+
+@pytest.mark.parametrize(
+    ("level", "pred", "match", "why"),
+    [
+        ("colloquial", (["treated"], [[30]]), False, "no outputs declared: every gold column is graded, as before"),
+        ("technical", (COLUMNS, [ROW]), True, "no outputs declared: the whole gold result matches"),
+        ("colloquial", (["x", *COLUMNS], [[1, *ROW]]), True, "no outputs declared: extra columns are still accepted"),
+    ],
+)
+def test_tasks_without_outputs_are_graded_as_before(level: str, pred: Result, match: bool, why: str) -> None:
+    s = score(make_task(outputs=None), level, pred, "40 30 75%")
+    assert s.exec_match is match, why
+    assert s.answer_coverage == 1.0, why  # every number point is graded: the answer states all three
+
+
+RANKED = "select name, code, visits from ranked order by visits desc, code"
+RANKED_RESULT = (["name", "code", "visits"], [["flu", "J11", 9], ["cold", "J00", 5], ["cough", "R05", 5]])
+
+
+@pytest.mark.parametrize(
+    ("pred", "match", "why"),
+    [
+        ([["flu"], ["cold"], ["cough"]], True, "the gold's ORDER BY keys are not asked: its row order still counts"),
+        ([["flu"], ["cough"], ["cold"]], False, "the tie on visits is broken by code, and the order follows it"),
+        ([["cold"], ["flu"], ["cough"]], False, "another order of the asked column"),
+        ([["flu"], ["cold"]], False, "a missing row"),
+    ],
+)
+def test_order_survives_when_its_keys_are_not_asked(pred: list[list[Any]], match: bool, why: str) -> None:
+    task = make_task(["name", "code", "visits"], {"colloquial": ["name"]}, [RANKED], order_matters=True, points=0)
+    assert score(task, "colloquial", (["name"], pred), "", {RANKED: RANKED_RESULT}).exec_match is match, why
+
+
+WIDE = "select diabetics, treated from coverage_wide"
+GOLDS = {GOLD: (COLUMNS, [ROW]), WIDE: (["diabetics", "treated"], [[41, 31]])}
+
+
+@pytest.mark.parametrize(
+    ("level", "pred", "match", "why"),
+    [
+        ("colloquial", (["treated"], [[30]]), True, "the first gold answers the count"),
+        ("colloquial", (["treated"], [[31]]), True, "so does the second: it returns every column the variant asks"),
+        ("technical", (COLUMNS, [ROW]), True, "the first gold returns all three"),
+        (
+            "technical",
+            (["diabetics", "treated"], [[41, 31]]),
+            False,
+            "the second lacks pct: it answers no such variant",
+        ),
+    ],
+)
+def test_a_gold_answers_only_the_variants_whose_columns_it_returns(
+    level: str, pred: Result, match: bool, why: str
+) -> None:
+    assert score(make_task(gold=[GOLD, WIDE]), level, pred, "", GOLDS).exec_match is match, why
