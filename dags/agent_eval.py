@@ -1,5 +1,6 @@
-"""Airflow DAG agent_eval: normalize -> one mapped task per shard (each starts its model worker,
-executes and records, always stops the worker; pool and queue gpu) -> score + cluster + GX -> MLflow.
+"""Airflow DAG agent_eval: normalize -> one mapped task per shard (a run with a worker starts its model
+server inside the shard, executes and records, always stops it; a retry resumes; pool and queue gpu)
+-> score + cluster + GX -> MLflow.
 Manual trigger with a Params form generated from RunConfig, and on every new test-set release."""
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def agent_eval() -> None:
         return orchestration.eval_shards(eval_run)
 
     @task(pool="gpu", queue="gpu", retries=2, map_index_template="shard {{ task.op_kwargs['shard'] }}")
-    def execute(eval_run: str, shard: int, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        return orchestration.eval_shard(eval_run, shard, (params or {}).get("worker", "none"))
+    def execute(eval_run: str, shard: int) -> dict[str, Any]:
+        return orchestration.eval_shard(eval_run, shard)
 
     @task
     def score_validate_track(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import json
 import os
 import urllib.error
@@ -18,7 +16,7 @@ from evalpkg.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from evalpkg.pipeline.config import RunConfig
-    from evalpkg.serving.worker import WorkerSpec
+    from evalpkg.pipeline.execute import ShardReport
 
 
 def _log(message: str) -> None:
@@ -43,6 +41,8 @@ OPTIONS = {
     "quantization": "--quantization",
     "native_tools": "--text-protocol",
     "max_steps": "--max-steps",
+    "worker": "--worker",
+    "model_path": "--model-path",
 }
 PROBE_TIMEOUT_S = 5
 
@@ -69,19 +69,22 @@ def run_config(config_json: str | None, options: dict[str, Any]) -> RunConfig:
         raise UsageError(validation_message(exc, RunConfig, option_name)) from exc
 
 
-def worker_spec(worker: str | None, endpoint: str | None) -> WorkerSpec | None:
-    """The model server `--worker` would start (its model must be installed), or None."""
-    if worker is None:
-        return None
-    if worker != "cpu":
-        raise UsageError(f"--worker: must be cpu (llama.cpp), got {worker!r}")
-    if endpoint:
-        raise UsageError("--worker cpu serves its own endpoint: drop --endpoint")
-    from evalpkg.serving.worker import llamacpp_spec
+def worker_spec(config: RunConfig) -> None:
+    """A run with a worker: its server software is installed here and its model is where it says.
+    Each shard starts (and always stops) the server itself, so nothing is started here."""
+    if config.worker != "none":
+        from evalpkg.serving.worker import preflight
 
-    if importlib.util.find_spec("llama_cpp") is None:
-        raise ConfigError("--worker cpu needs `pip install llama-cpp-python[server]`")
-    return llamacpp_spec()
+        preflight(config)
+
+
+def log_worker(r: ShardReport) -> None:
+    """What a shard's worker served and how long it took to become healthy."""
+    if r.worker_start_s is None or not r.served:
+        return
+    keys = ("model_path", "quantization", "server_version", "gpu")
+    served = ", ".join(f"{k} {r.served[k]}" for k in keys if k in r.served)
+    _log(f"shard {r.shard}: {r.served['worker']} worker up in {r.worker_start_s:.1f}s ({served}); {r.worker_log}")
 
 
 def unreachable(url: str) -> str | None:
@@ -159,7 +162,12 @@ def register(app: typer.Typer) -> None:
         text_protocol: Annotated[bool, typer.Option(help="model has no native tool calling")] = False,
         config_json: Annotated[str | None, typer.Option("--config", help="RunConfig JSON; options override")] = None,
         no_track: Annotated[bool, typer.Option("--no-track", help="skip MLflow")] = False,
-        worker: Annotated[str | None, typer.Option(help="start a model server for this run: cpu (llama.cpp)")] = None,
+        worker: Annotated[
+            str | None, typer.Option(help="each shard starts a model server: cpu (llama.cpp) or vllm (--model-path)")
+        ] = None,
+        model_path: Annotated[
+            str | None, typer.Option(help="the worker's model: vllm, a model directory or name; cpu, a GGUF file")
+        ] = None,
         max_steps: Annotated[int, typer.Option(help="per-dialogue step limit")] = 12,
     ) -> None:
         """Run all five stages (normalize, execute, record, score, cluster); validate, track, report."""
@@ -187,13 +195,14 @@ def register(app: typer.Typer) -> None:
             options["languages"] = language
         if complexity:
             options["complexities"] = complexity
-        spec = worker_spec(worker, endpoint)
-        if spec is not None:  # the model is whatever the worker serves; validated with the rest
-            options.update(agent="openai", endpoint=spec.base_url, model=spec.served_model, quantization="gguf-q4_1")
+        if worker is not None:  # the worker sets agent and model; RunConfig checks the combination
+            options["worker"] = worker
+        if model_path is not None:
+            options["model_path"] = model_path
         config = run_config(config_json, options)
         settings = get_settings()
-        if spec is None:
-            check_endpoint(config)
+        worker_spec(config)
+        check_endpoint(config)
         if not no_track:
             check_tracking(settings, "pass --no-track")
         check_state_dir(settings)
@@ -204,14 +213,10 @@ def register(app: typer.Typer) -> None:
             bar.n = done
             bar.refresh()
 
-        with contextlib.ExitStack() as stack:
-            if spec is not None:
-                from evalpkg.serving.worker import running
-
-                stack.enter_context(running(spec, settings.state_dir / "workers" / "cpu.log"))
-                _log(f"CPU model server up at {spec.base_url} ({spec.served_model})")
-            result = run_all(settings, config, progress=_log, shard_progress=tick, track=not no_track)
+        result = run_all(settings, config, progress=_log, shard_progress=tick, track=not no_track)
         bar.close()
+        for r in result["shards"]:
+            log_worker(r)
         o = result["overall"]
         _log(
             f"accuracy {o['accuracy']:.1%} (95% CI {o['accuracy_ci_low']:.1%}-{o['accuracy_ci_high']:.1%}) over "
@@ -285,6 +290,7 @@ def register(app: typer.Typer) -> None:
         if shard >= config.shards:
             raise UsageError(f"--shard: run {run_id} has shards 0..{config.shards - 1}, got {shard}")
         r = execute_shard(settings, run_id, shard)
+        log_worker(r)
         _log(
             f"shard {r.shard}: {r.recorded} recorded, {r.skipped} recorded before, "
             f"{r.planned} planned, {r.seconds:.1f}s"

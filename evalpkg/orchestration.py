@@ -3,7 +3,6 @@ and nothing here imports Airflow."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from datetime import date, timedelta
 from pathlib import Path
@@ -17,14 +16,8 @@ if TYPE_CHECKING:
 
 # What the agent_eval DAG offers beside RunConfig's fields: how the run is carried out, not what it
 # measures. Each is a JSON schema with its default, like the fields eval_params() generates.
+# (The model worker is RunConfig's own `worker` field: each shard starts it in execute_shard.)
 RUN_OPTIONS: dict[str, dict[str, Any]] = {
-    "worker": {
-        "default": "none",
-        "type": "string",
-        "enum": ["none", "cpu"],
-        "title": "Worker",
-        "description": "a model server per shard; cpu: the packaged llama.cpp model (sets agent, model, endpoint)",
-    },
     "track": {"default": True, "type": "boolean", "title": "Track", "description": "log the run to MLflow"},
 }
 
@@ -109,15 +102,12 @@ def _agent_choices() -> list[str]:
 
 
 def run_config_from_params(params: dict[str, Any]) -> RunConfig:
-    """The run a DAG's params describe: RunConfig's fields, empty ones left to RunConfig's defaults."""
+    """The run a DAG's params describe: RunConfig's fields, empty ones left to RunConfig's defaults
+    (a worker sets agent and model itself, as on the command line)."""
     from evalpkg.pipeline.config import RunConfig
 
     keys = set(RunConfig.model_fields) - {"format_version"}
     values = {k: v for k, v in params.items() if k in keys and v not in (None, "")}
-    if params.get("worker") == "cpu":  # the model is whatever the CPU worker serves (validated with it)
-        from evalpkg.serving.worker import CPU_MODEL_NAME
-
-        values.update(agent="openai", model=CPU_MODEL_NAME, endpoint="per-shard")
     return RunConfig.model_validate(values)
 
 
@@ -134,22 +124,19 @@ def eval_shards(run_id: str) -> list[int]:
     return list(range(config.shards))
 
 
-def eval_shard(run_id: str, shard: int, worker: str = "none") -> dict[str, Any]:
-    """One shard: start its model worker if asked, run, and always stop the worker."""
+def eval_shard(run_id: str, shard: int) -> dict[str, Any]:
+    """One shard, resumable: a run with a worker starts, uses and always stops it inside execute_shard."""
     from evalpkg.pipeline.execute import execute_shard
 
-    settings = get_settings()
-    with contextlib.ExitStack() as stack:
-        endpoint = model = None
-        if worker == "cpu":
-            from evalpkg.serving.worker import llamacpp_spec, running
-
-            spec = stack.enter_context(
-                running(llamacpp_spec(), settings.state_dir / "workers" / f"{run_id}-{shard}.log")
-            )
-            endpoint, model = spec.base_url, spec.served_model
-        r = execute_shard(settings, run_id, shard, endpoint=endpoint, model=model)
-    return {"shard": r.shard, "recorded": r.recorded, "skipped": r.skipped, "planned": r.planned}
+    r = execute_shard(get_settings(), run_id, shard)
+    return {
+        "shard": r.shard,
+        "recorded": r.recorded,
+        "skipped": r.skipped,
+        "planned": r.planned,
+        "worker_start_s": r.worker_start_s,
+        "served": r.served,
+    }
 
 
 def eval_score_and_log(run_id: str, track: bool = True) -> dict[str, Any]:

@@ -79,6 +79,17 @@ def trim_context(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**m, "content": TRIMMED} if m.get("role") == "tool" else m for m in messages]
 
 
+def _json_object(args: dict[str, Any] | str) -> dict[str, Any]:
+    """A call's arguments as a dict: native tool calls carry them as the JSON text the model wrote."""
+    if isinstance(args, dict):
+        return args
+    try:
+        value = json.loads(args)
+    except (json.JSONDecodeError, TypeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def _summary_answer(toolkit: Toolkit) -> str:
     if toolkit.last_result is None:
         return "I could not complete the query within the allowed tool calls."
@@ -223,7 +234,7 @@ def run_dialogue(
                 )
             )
             if result.ok and "rows" in result.content:  # execute_sql, or the SQL a submitted plan compiled to
-                sql = result.content.get("compiled_sql") or (args.get("sql") if isinstance(args, dict) else None)
+                sql = result.content.get("compiled_sql") or _json_object(args).get("sql")
                 traj.final_sql = str(sql) if sql else traj.final_sql
             if turn.native:
                 messages.append({"role": "tool", "tool_call_id": cid, "content": text})

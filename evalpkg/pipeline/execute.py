@@ -1,10 +1,13 @@
 """Stages 2 and 3, execute and record: a shard's instances run concurrently (enough requests in
 flight to keep a batching server busy) over one model client and two small database pools shared
 by all of them; each trajectory is recorded exactly once, so a killed shard re-runs only what is
-missing."""
+missing. A run with a worker gets its model server here, per shard, whoever calls (the CLI, a DAG
+task, a retry): if the server fails, the shard raises and records nothing more, so the instances
+it did not finish run on the next attempt instead of being recorded as model errors."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -36,6 +39,7 @@ from evalpkg.testset.models import Complexity, Language, Task
 
 if TYPE_CHECKING:  # the openai SDK is imported only by runs that call a model
     from evalpkg.agent.model_client import ModelClient
+    from evalpkg.serving.worker import Worker
 
 
 @dataclass
@@ -46,6 +50,9 @@ class ShardReport:
     recorded: int
     seconds: float
     cache: dict[str, dict[str, int]]
+    worker_start_s: float | None = None  # launch to healthy, when the shard started a worker
+    served: dict[str, str] | None = None  # the worker's identity (also in the results store)
+    worker_log: str | None = None
 
 
 def run_instance(
@@ -74,6 +81,13 @@ def run_instance(
     )
 
 
+class _Stopping(Exception):
+    """An instance not run (or not recorded) because the shard is stopping on another one's failure."""
+
+
+WORKER_SETTLE_S = 3.0  # how long a server whose connections fail may take to exit before it counts as alive
+
+
 def execute_shard(
     settings: Settings,
     run_id: str,
@@ -81,14 +95,9 @@ def execute_shard(
     *,
     progress: Callable[[int, int], None] = lambda done, total: None,
     shared: Shared | None = None,
-    endpoint: str | None = None,
-    model: str | None = None,
 ) -> ShardReport:
-    """`endpoint`/`model` override the plan's: each shard may start its own model worker."""
     t0 = time.perf_counter()
     config, testset_version, snapshot, instances = store.load_run(settings, run_id)
-    if endpoint or model:
-        config = config.model_copy(update={k: v for k, v in (("endpoint", endpoint), ("model", model)) if v})
     if not 0 <= shard < config.shards:
         raise ConfigError(f"--shard: {shard} is outside 0..{config.shards - 1}")
     tasks = release.load(settings.tasks_dir, testset_version).by_id()
@@ -102,31 +111,71 @@ def execute_shard(
     done = store.recorded_ids(settings, run_id, shard)
     todo = [i for i in mine if i.instance_id not in done]
     recorded = 0
+    worker: Worker | None = None
     with ExitStack() as opened:  # closed in reverse order, also when opening one of them fails
+        if config.worker != "none" and todo:  # a finished shard needs no server
+            from evalpkg.serving.worker import for_run
+
+            worker = opened.enter_context(for_run(settings, config, run_id, shard))
+            store.record_served(settings, run_id, shard, worker.identity)
+            config = config.model_copy(update={"endpoint": worker.base_url, "model": worker.served_model})
         executor = opened.enter_context(closing(build_executor(settings, config)))
         results = opened.enter_context(pool(settings.db_url(RESULTS_DB), config.results_db_pool, name="results-db"))
         client = build_model_client(config)
         if client is not None:
             opened.callback(client.close)
+        stopping = threading.Event()  # an instance failed (or the worker did): nothing more starts
+        failures: list[BaseException] = []  # the first is what the shard raises
 
         def run_one(inst: Instance) -> bool:
-            traj = run_instance(config, shared, tasks[inst.task_id], inst, executor, client)
-            with results.connection() as conn:
-                return store.record(conn, run_id, shard, traj)
+            if stopping.is_set():
+                raise _Stopping(inst.instance_id)
+            try:
+                traj = run_instance(config, shared, tasks[inst.task_id], inst, executor, client)
+                if worker is not None:
+                    # a dead server makes model errors that say nothing about the model: raise, record nothing
+                    failure = worker.failure(WORKER_SETTLE_S if traj.stop_reason == "model_error" else 0.0)
+                    if failure is not None:
+                        raise failure
+                    if stopping.is_set():
+                        raise _Stopping(inst.instance_id)
+                with results.connection() as conn:
+                    return store.record(conn, run_id, shard, traj)
+            except _Stopping:
+                raise
+            except BaseException as exc:
+                failures.append(exc)
+                stopping.set()
+                raise
 
         with ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix=f"shard{shard}") as workers:
             # a window of submitted instances, not all of them: memory does not grow with the shard's size
             pending = iter(todo)
             running = {workers.submit(run_one, i) for i in islice(pending, 2 * config.concurrency)}
             done_count = 0
-            while running:
-                finished, running = wait(running, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    recorded += fut.result()
-                    done_count += 1
-                    progress(done_count, len(todo))
-                running |= {workers.submit(run_one, i) for i in islice(pending, len(finished))}
+            try:
+                while running:
+                    finished, running = wait(running, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        recorded += fut.result()
+                        done_count += 1
+                        progress(done_count, len(todo))
+                    running |= {workers.submit(run_one, i) for i in islice(pending, len(finished))}
+            except BaseException:
+                stopping.set()  # none start; with a worker, the dialogues in flight are not recorded
+                workers.shutdown(wait=True, cancel_futures=True)
+                if failures:
+                    raise failures[0] from None
+                raise
     store.export_jsonl(settings, run_id, shard)
     return ShardReport(
-        shard, len(mine), len(mine) - len(todo), recorded, time.perf_counter() - t0, shared.cache.stats()
+        shard,
+        len(mine),
+        len(mine) - len(todo),
+        recorded,
+        time.perf_counter() - t0,
+        shared.cache.stats(),
+        worker.start_s if worker else None,
+        worker.identity if worker else None,
+        str(worker.log_path) if worker else None,
     )

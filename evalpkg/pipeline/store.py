@@ -40,6 +40,10 @@ create table if not exists results.score (
     run_id text not null, instance_id text not null, body jsonb not null, scored_at timestamptz not null default now(),
     primary key (run_id, instance_id), foreign key (run_id, instance_id) references results.instance on delete cascade
 );
+create table if not exists results.served (
+    run_id text not null references results.run on delete cascade, shard int not null, identity jsonb not null,
+    recorded_at timestamptz not null default now(), primary key (run_id, shard)
+);
 """
 
 
@@ -98,7 +102,20 @@ def load_run(settings: Settings, run_id: str) -> tuple[RunConfig, str, str, list
                 (run_id,),
             )
         ]
-    return RunConfig.model_validate(row[0]), row[1], row[2], instances
+        served = conn.execute("select shard, identity from results.served where run_id = %s", (run_id,)).fetchall()
+    config = RunConfig.model_validate(row[0])
+    config.served.update({shard: identity for shard, identity in served})
+    return config, row[1], row[2], instances
+
+
+def record_served(settings: Settings, run_id: str, shard: int, identity: dict[str, str]) -> None:
+    """What the shard's worker served; the latest attempt's (a retry may land on another machine)."""
+    with results_db(settings) as conn:
+        conn.execute(
+            "insert into results.served (run_id, shard, identity) values (%s, %s, %s) on conflict (run_id, shard) "
+            "do update set identity = excluded.identity, recorded_at = now()",
+            (run_id, shard, Jsonb(identity)),
+        )
 
 
 def recorded_ids(settings: Settings, run_id: str, shard: int | None = None) -> set[str]:

@@ -24,6 +24,27 @@ EXPERIMENT = "emr-agent-benchmark"
 RUN_ID_TAG = "evalpkg.run_id"  # on the parent and every child: the evalpkg run they belong to
 SHARD_TAG = "evalpkg.shard"  # on a child: its shard
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own tag on nested runs
+SERVED_PREFIX = "served."  # what the workers served: params (comparable) and tags (everything, per shard too)
+SERVED_PARAMS = ("served_model", "model_path", "model_digest", "revision", "quantization", "server_version", "gpu")
+
+
+def served_summary(served: dict[int, dict[str, str]]) -> dict[str, str]:
+    """One value per identity field over the shards' workers ("a | b" when shards differ)."""
+    values: dict[str, set[str]] = {}
+    for identity in served.values():
+        for key, value in identity.items():
+            values.setdefault(key, set()).add(str(value))
+    return {SERVED_PREFIX + k: " | ".join(sorted(v)) for k, v in sorted(values.items())}
+
+
+def _served_params(client: Any, parent_id: str | None, summary: dict[str, str]) -> dict[str, str]:
+    """The comparable fields as params; MLflow never changes a logged param, so a reused parent keeps
+    the value it has (the tags show the latest)."""
+    params = {k: v for k, v in summary.items() if k.removeprefix(SERVED_PREFIX) in SERVED_PARAMS}
+    if parent_id is None:
+        return params
+    logged = client.get_run(parent_id).data.params
+    return {k: v for k, v in params.items() if logged.get(k, v) == v}
 
 
 def _ns(stamp: str) -> int | None:
@@ -115,6 +136,8 @@ def log_run(
         config_fingerprint=config.fingerprint(),
         run_id=run_id,
     )
+    summary = served_summary(config.served)
+    params.update(_served_params(client, parent_id, summary))
     by_id = {s.instance_id: s for s in scores}
     # MLflow prints run links on stdout; keep stdout for our own output (report path).
     with (
@@ -127,6 +150,8 @@ def log_run(
         ) as parent,
     ):
         mlflow.log_params({k: str(v) for k, v in params.items()})
+        if summary:
+            mlflow.set_tags(summary)
         mlflow.log_metrics(flat_metrics(table))
         for shard, ids in sorted(shards.items()):
             child_id = children.get(shard)
@@ -137,6 +162,8 @@ def log_run(
                 tags={RUN_ID_TAG: run_id, SHARD_TAG: str(shard)},
             ):
                 mlflow.log_params({"shard": shard, "run_id": run_id, "instances": len(ids)})
+                if identity := config.served.get(shard):
+                    mlflow.set_tags({SERVED_PREFIX + k: str(v) for k, v in identity.items()})
                 shard_scores = [by_id[i] for i in ids if i in by_id]
                 mlflow.log_metrics({k: v for k, v in summarize(shard_scores).items() if v == v})
         for traj in trajectories[: max_traces if max_traces is not None else len(trajectories)]:

