@@ -57,7 +57,7 @@ class RunConfig(BaseModel):
     user_simulator: Literal["scripted", "llm"] = "scripted"
     testset_version: str | None = None  # default: latest release
     languages: list[Language] = [Language.zh, Language.en]
-    complexities: list[Complexity] = [Complexity.plain]
+    complexities: list[Complexity] = list(Complexity)  # all three: the robustness gap needs them
     repeats: int = Field(default=1, ge=1, le=10)
     temperature: float = Field(default=0.0, ge=0, le=2)
     seed: int = 0

@@ -23,6 +23,7 @@ def test_one_shared_client_serves_every_dialogue_and_the_clinician(synced: SyncR
             model="m",
             user_simulator="llm",
             limit=15,
+            complexities=["plain"],
             concurrency=6,
             eval_db_pool=2,
             results_db_pool=1,

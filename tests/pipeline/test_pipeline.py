@@ -39,7 +39,7 @@ def test_gold_agent_scores_100_percent_with_full_process_scores(
 ) -> None:
     _, scored = gold_run
     tasks = release.load(generated.tasks_dir).tasks
-    assert len(scored.scores) == 2 * len(tasks)  # zh + en, plain
+    assert len(scored.scores) == 2 * 3 * len(tasks)  # zh + en, every complexity (the default)
     o = scored.table["overall"]
     assert imperfections(scored.scores, {t.id: t for t in tasks}) == []  # names instance, metric and point
     assert o["accuracy"] == 1.0 and o["exec_match"] == 1.0 and o["executable_sql_rate"] == 1.0
@@ -95,7 +95,8 @@ def test_perturbation_agents_fail_exactly_where_they_should(synced: SyncReport, 
             if changed != task.gold_sql[0] and not _reference_equal(perturbed, gold, task.result.numeric_tolerance):
                 expected_wrong.add(task.id)
     assert expected_wrong, f"{kind} changes no result: the perturbation is not testing anything"
-    _, scored = run_agent(generated, f"perturb:{kind}", languages=["zh"])
+    # the reference compares every gold column: the plain variants, which ask for the columns it changes
+    _, scored = run_agent(generated, f"perturb:{kind}", languages=["zh"], complexities=["plain"])
     wrong = {s.task_id for s in scored.scores if not s.correct}
     assert wrong == expected_wrong
     unchanged = {t.id for t in tasks.values() if not t.gold_sql or perturb_sql(t.gold_sql[0], kind) == t.gold_sql[0]}
@@ -103,7 +104,7 @@ def test_perturbation_agents_fail_exactly_where_they_should(synced: SyncReport, 
 
 
 def test_extra_calls_agent_keeps_accuracy_but_loses_process_scores(synced: SyncReport, generated: Settings) -> None:
-    _, scored = run_agent(generated, "perturb:extra_calls", languages=["en"], limit=40)
+    _, scored = run_agent(generated, "perturb:extra_calls", languages=["en"], complexities=["plain"], limit=40)
     o = scored.table["overall"]
     assert o["accuracy"] == 1.0
     assert o["redundant_call_rate"] > 0 and o["expected_call_precision"] < 1.0

@@ -40,7 +40,14 @@ def test_a_killed_shard_resumes_from_the_cli_recording_each_instance_once(
     for key, value in env.items():  # orchestration reads its settings from the environment, as in a DAG task
         if key.startswith("EVALPKG_") or key == "PATH":
             monkeypatch.setenv(key, value)
-    params = {"name": "resume", "worker": "vllm", "model_path": str(model_dir), "limit": 10, "shards": 2}
+    params = {
+        "name": "resume",
+        "worker": "vllm",
+        "model_path": str(model_dir),
+        "limit": 10,
+        "complexities": ["plain"],
+        "shards": 2,
+    }
     params |= {"concurrency": 2, "endpoint": None, "testset_version": None}  # as the form sends them
     run_id = orchestration.eval_plan(params)
     config, _, _, instances = store.load_run(generated, run_id)

@@ -27,7 +27,19 @@ def test_evalpkg_run_with_a_vllm_worker_scores_100_percent(
 ) -> None:
     bin_dir, model_dir = install(tmp_path)
     command = [sys.executable, "-m", "evalpkg", "run", "--worker", "vllm", "--model-path", str(model_dir)]
-    command += ["--name", "vllm-standin", "--limit", "12", "--shards", "2", "--concurrency", "4", "--no-track"]
+    command += [
+        "--name",
+        "vllm-standin",
+        "--complexity",
+        "plain",
+        "--limit",
+        "12",
+        "--shards",
+        "2",
+        "--concurrency",
+        "4",
+        "--no-track",
+    ]
     t0 = time.monotonic()
     done = subprocess.run(command, env=cli_env(generated, bin_dir), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -58,7 +70,9 @@ def test_a_worker_that_dies_mid_shard_fails_it_and_a_rerun_records_the_rest_once
     bin_dir, model_dir = install(tmp_path)
     monkeypatch.setenv("PATH", path_with(bin_dir))
     monkeypatch.setenv("FAKE_VLLM_CRASH_AFTER", "25")  # a few dialogues' worth of chat requests
-    config = RunConfig(name="vllm-crash", worker="vllm", model_path=str(model_dir), limit=10, concurrency=3)
+    config = RunConfig(
+        name="vllm-crash", worker="vllm", model_path=str(model_dir), limit=10, complexities=["plain"], concurrency=3
+    )
     run_id = plan_run(generated, config)
     with pytest.raises(ServiceError) as failed:
         execute_shard(generated, run_id, 0)

@@ -102,7 +102,9 @@ def test_cpu_worker_runs_through_the_pipeline(synced: object, generated: object)
     from evalpkg.settings import Settings
 
     assert isinstance(generated, Settings)
-    config = RunConfig(name="cpu", worker="cpu", limit=1, languages=["zh"], max_steps=3, concurrency=1)
+    config = RunConfig(
+        name="cpu", worker="cpu", limit=1, languages=["zh"], complexities=["plain"], max_steps=3, concurrency=1
+    )
     run_id = plan_run(generated, config)
     report = execute_shard(generated, run_id, 0)
     print(f"\nllama.cpp worker healthy after {report.worker_start_s:.1f}s; shard {report.seconds:.1f}s")
