@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from evalpkg.pipeline.comparator import COMPARATOR_VERSION
 from evalpkg.testset.models import Complexity, Language
 
 # Fields added later keep their default's meaning, so stored configs without them load unchanged (no
@@ -139,4 +140,5 @@ class RunConfig(BaseModel):
         for name, default in ADDED_FIELDS.items():
             if data.get(name) == default:
                 del data[name]
+        data["comparator_version"] = COMPARATOR_VERSION  # the same run scored by other rules is another result
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]

@@ -21,6 +21,7 @@ from evalpkg.errors import SyncError
 from evalpkg.expectations import ValidationReport, load_suite, validate_frames
 from evalpkg.pipeline import store
 from evalpkg.pipeline.cluster import Cluster, cluster_failures
+from evalpkg.pipeline.comparator import COMPARATOR_VERSION
 from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.execute import ShardReport, execute_shard
 from evalpkg.pipeline.metrics import breakdown
@@ -102,6 +103,9 @@ def score_run(settings: Settings, run_id: str, progress: Progress = lambda _: No
     finally:
         executor.close()
     progress(f"scored {len(scores)} instances")
+    if save and (before := store.comparator_versions(settings, run_id) - {COMPARATOR_VERSION}):
+        earlier = ", ".join(sorted(f"v{v or 1}" for v in before))  # scores without a version predate v2
+        progress(f"{run_id} was scored before by comparator {earlier}; its scores now follow v{COMPARATOR_VERSION}")
     clusters, assignment = cluster_failures(scores, tasks, seed=config.seed)
     validation = validate_frames(
         load_suite(settings.expectations_dir / "run_outputs.json"),

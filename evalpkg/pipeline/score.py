@@ -17,7 +17,7 @@ from evalpkg.agent.executor import QueryFailed, ReadOnlyExecutor, jsonable
 from evalpkg.agent.trajectory import Trajectory
 from evalpkg.errors import DataError
 from evalpkg.pipeline.citations import unsupported_numbers
-from evalpkg.pipeline.comparator import match, order_key_columns
+from evalpkg.pipeline.comparator import COMPARATOR_VERSION, match, order_key_columns
 from evalpkg.sql.guard import SqlRefused
 from evalpkg.testset.models import ArgConstraint, Complexity, ExpectedToolCall, Language, Task, TaskType
 
@@ -33,6 +33,7 @@ UNIT_FACTORS = {("mg/dl", "mmol/l"): 1 / 18.0, ("mmol/l", "mg/dl"): 18.0}
 
 class InstanceScore(BaseModel):
     format_version: int = SCORE_FORMAT_VERSION
+    comparator_version: int | None = None  # the execution-match rules it was scored by (None: before v2)
     instance_id: str
     task_id: str
     type: str
@@ -322,6 +323,7 @@ def score_instance(
     else:
         clarification_correct = not asked
     return InstanceScore(
+        comparator_version=COMPARATOR_VERSION,
         instance_id=traj.instance_id,
         task_id=task.id,
         type=task.type.value,

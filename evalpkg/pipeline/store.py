@@ -178,6 +178,15 @@ def save_scores(settings: Settings, run_id: str, scores: list[dict[str, Any]]) -
             )
 
 
+def comparator_versions(settings: Settings, run_id: str) -> set[int | None]:
+    """The comparator versions the run's saved scores were made with (empty: never scored)."""
+    with results_db(settings) as conn:
+        rows = conn.execute(
+            "select distinct (body->>'comparator_version')::int from results.score where run_id = %s", (run_id,)
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
 def set_mlflow_run(settings: Settings, run_id: str, mlflow_run_id: str) -> None:
     with results_db(settings) as conn:
         conn.execute("update results.run set mlflow_run_id = %s where run_id = %s", (mlflow_run_id, run_id))

@@ -16,6 +16,7 @@ from typing import Any
 
 from evalpkg.agent.trajectory import Trajectory
 from evalpkg.errors import ServiceError
+from evalpkg.pipeline.comparator import COMPARATOR_VERSION
 from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.metrics import flat_metrics, summarize
 from evalpkg.pipeline.score import InstanceScore
@@ -24,6 +25,8 @@ EXPERIMENT = "emr-agent-benchmark"
 RUN_ID_TAG = "evalpkg.run_id"  # on the parent and every child: the evalpkg run they belong to
 SHARD_TAG = "evalpkg.shard"  # on a child: its shard
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own tag on nested runs
+COMPARATOR_TAG = "evalpkg.comparator_version"  # tags, unlike params, follow a re-score
+FINGERPRINT_TAG = "evalpkg.config_fingerprint"
 SERVED_PREFIX = "served."  # what the workers served: params (comparable) and tags (everything, per shard too)
 SERVED_PARAMS = ("served_model", "model_path", "model_digest", "revision", "quantization", "server_version", "gpu")
 
@@ -37,10 +40,14 @@ def served_summary(served: dict[int, dict[str, str]]) -> dict[str, str]:
     return {SERVED_PREFIX + k: " | ".join(sorted(v)) for k, v in sorted(values.items())}
 
 
-def _served_params(client: Any, parent_id: str | None, summary: dict[str, str]) -> dict[str, str]:
-    """The comparable fields as params; MLflow never changes a logged param, so a reused parent keeps
-    the value it has (the tags show the latest)."""
-    params = {k: v for k, v in summary.items() if k.removeprefix(SERVED_PREFIX) in SERVED_PARAMS}
+def _served_params(summary: dict[str, str]) -> dict[str, str]:
+    """The comparable fields of what the workers served, as params."""
+    return {k: v for k, v in summary.items() if k.removeprefix(SERVED_PREFIX) in SERVED_PARAMS}
+
+
+def _loggable(client: Any, parent_id: str | None, params: dict[str, str]) -> dict[str, str]:
+    """MLflow never changes a logged param, so a reused parent keeps the values it has (a re-score by
+    a newer comparator changes the fingerprint, for one; the tags show the latest)."""
     if parent_id is None:
         return params
     logged = client.get_run(parent_id).data.params
@@ -134,10 +141,12 @@ def log_run(
         testset_version=testset_version,
         snapshot_version=snapshot,
         config_fingerprint=config.fingerprint(),
+        comparator_version=COMPARATOR_VERSION,
         run_id=run_id,
     )
     summary = served_summary(config.served)
-    params.update(_served_params(client, parent_id, summary))
+    params.update(_served_params(summary))
+    params = _loggable(client, parent_id, {k: str(v) for k, v in params.items()})
     by_id = {s.instance_id: s for s in scores}
     # MLflow prints run links on stdout; keep stdout for our own output (report path).
     with (
@@ -149,9 +158,8 @@ def log_run(
             tags={RUN_ID_TAG: run_id, "benchmark": "emr-agent", "model": config.model, "agent": config.agent},
         ) as parent,
     ):
-        mlflow.log_params({k: str(v) for k, v in params.items()})
-        if summary:
-            mlflow.set_tags(summary)
+        mlflow.log_params(params)
+        mlflow.set_tags({**summary, COMPARATOR_TAG: str(COMPARATOR_VERSION), FINGERPRINT_TAG: config.fingerprint()})
         mlflow.log_metrics(flat_metrics(table))
         for shard, ids in sorted(shards.items()):
             child_id = children.get(shard)

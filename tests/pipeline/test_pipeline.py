@@ -19,6 +19,7 @@ import pytest
 
 from evalpkg.agent.policies import perturb_sql
 from evalpkg.pipeline import store
+from evalpkg.pipeline.comparator import COMPARATOR_VERSION
 from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.execute import execute_shard
 from evalpkg.pipeline.run import Scored, plan_run, report_run, score_run
@@ -147,8 +148,21 @@ def test_killed_shard_resumes_and_every_instance_is_scored_once(synced: SyncRepo
 
 def test_rescoring_calls_no_model_and_is_stable(gold_run: tuple[str, Scored], generated: Settings) -> None:
     run_id, first = gold_run
-    again = score_run(generated, run_id)
+    said: list[str] = []
+    again = score_run(generated, run_id, said.append)
     assert [s.model_dump() for s in again.scores] == [s.model_dump() for s in first.scores]
+    assert {s.comparator_version for s in again.scores} == {COMPARATOR_VERSION}
+    assert not any("comparator" in line for line in said)  # same rules: nothing to say
+
+
+def test_rescoring_scores_of_an_older_comparator_says_so(gold_run: tuple[str, Scored], generated: Settings) -> None:
+    run_id, _ = gold_run
+    with store.results_db(generated) as conn:  # as scores stored before comparator versions were
+        conn.execute("update results.score set body = body - 'comparator_version' where run_id = %s", (run_id,))
+    said: list[str] = []
+    score_run(generated, run_id, said.append)
+    assert f"{run_id} was scored before by comparator v1; its scores now follow v{COMPARATOR_VERSION}" in said
+    assert store.comparator_versions(generated, run_id) == {COMPARATOR_VERSION}
 
 
 class _Counter(HTMLParser):
@@ -190,6 +204,7 @@ def test_mlflow_holds_parent_and_shard_runs_metrics_and_traces(
         assert "type.negation.accuracy" in parent.data.metrics and "cell.anomaly.hard.accuracy" in parent.data.metrics
         assert parent.data.params["testset_version"] == release.latest(generated.tasks_dir)
         assert parent.data.params["agent"] == "gold"
+        assert parent.data.params["comparator_version"] == parent.data.tags["evalpkg.comparator_version"] == "2"
         assert parent.data.metrics["numeric_citation_error_rate"] == 0.0
         assert parent.data.metrics["unnecessary_question_rate"] == 0.0
         children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")

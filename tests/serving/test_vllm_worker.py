@@ -14,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from evalpkg.errors import ServiceError
+from evalpkg.pipeline.comparator import COMPARATOR_VERSION
 from evalpkg.pipeline.config import CPU_MODEL_NAME, RunConfig, served_name
 from evalpkg.serving.identity import served_identity
 from evalpkg.serving.worker import running, spec_for, vllm_spec
@@ -90,8 +91,17 @@ def test_fingerprints_of_runs_without_a_worker_did_not_change() -> None:
     stored = config.model_dump(mode="json", exclude={"worker", "model_path"})
     before = {k: v for k, v in stored.items() if k not in ("name", "shards", "concurrency", "api_key")}
     before = {k: v for k, v in before.items() if k not in ("max_in_flight", "eval_db_pool", "results_db_pool")}
+    before["comparator_version"] = COMPARATOR_VERSION  # in every fingerprint: it decides what "correct" means
     old_code = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:12]
     assert RunConfig.model_validate(stored).fingerprint() == old_code
+
+
+def test_fingerprint_follows_the_comparator_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evalpkg.pipeline import config as config_module
+
+    before = RunConfig().fingerprint()
+    monkeypatch.setattr(config_module, "COMPARATOR_VERSION", COMPARATOR_VERSION + 1)
+    assert RunConfig().fingerprint() != before
 
 
 def test_stand_in_starts_healthy_is_identified_and_always_stopped(model_dir: Path, tmp_path: Path) -> None:
