@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,20 +58,24 @@ def _completion(message: dict[str, Any], finish: str) -> bytes:
     return json.dumps(body).encode()
 
 
-def _reply(request: dict[str, Any]) -> bytes:
+def _reply(request: dict[str, Any]) -> dict[str, Any]:
     """A tool call first (a query no cache has seen), then a final answer once a tool result is there."""
     if any(m.get("role") == "tool" for m in request.get("messages", [])):
-        return _completion({"content": "There are 12 departments."}, "stop")
+        return {"content": "There are 12 departments."}
     sql = f"select count(*) as n from emr.dict_dept where ksdm <> '{random.randrange(10**9)}'"
     call = {
         "id": "call-bench",
         "type": "function",
         "function": {"name": "execute_sql", "arguments": json.dumps({"sql": sql})},
     }
-    return _completion({"content": None, "tool_calls": [call]}, "tool_calls")
+    return {"content": None, "tool_calls": [call]}
 
 
-def serve(port: int, latency_s: float) -> None:
+Reply = Callable[[dict[str, Any]], dict[str, Any]]  # a chat request -> the assistant message to answer it with
+
+
+def serve(port: int, latency_s: float, reply: Reply = _reply) -> None:
+    """Serves until killed; `reply` makes the answers (tests/pipeline/test_kill_resume.py replays gold)."""
     stats = {"in_flight": 0, "peak": 0, "requests": 0}
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -92,7 +97,8 @@ def serve(port: int, latency_s: float) -> None:
                     stats["requests"] += 1
                     stats["peak"] = max(stats["peak"], stats["in_flight"])
                     await asyncio.sleep(latency_s)
-                    out = _reply(json.loads(body))
+                    message = reply(json.loads(body))
+                    out = _completion(message, "tool_calls" if message.get("tool_calls") else "stop")
                     stats["in_flight"] -= 1
                 else:  # GET /stats[?reset]
                     out = json.dumps(stats).encode()
