@@ -79,22 +79,122 @@ def trim_context(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**m, "content": TRIMMED} if m.get("role") == "tool" else m for m in messages]
 
 
-def _json_object(args: dict[str, Any] | str) -> dict[str, Any]:
-    """A call's arguments as a dict: native tool calls carry them as the JSON text the model wrote."""
-    if isinstance(args, dict):
-        return args
-    try:
-        value = json.loads(args)
-    except (json.JSONDecodeError, TypeError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def _summary_answer(toolkit: Toolkit) -> str:
     if toolkit.last_result is None:
         return "I could not complete the query within the allowed tool calls."
     rows = toolkit.last_result["rows"][:5]
     return f"Partial answer from the last successful query: columns {toolkit.last_result['columns']}, rows {rows}"
+
+
+FALLBACK = "answered from the last successful result"
+
+
+def _fall_back(traj: Trajectory, reason: str, toolkit: Toolkit, *, replace_answer: bool = False) -> None:
+    """A limit ended the dialogue: the answer is built from the last successful result (kept, for a
+    timeout or the step limit, when the model had already answered)."""
+    traj.stop_reason = reason  # type: ignore[assignment]
+    traj.fallback = FALLBACK
+    traj.final_answer = (None if replace_answer else traj.final_answer) or _summary_answer(toolkit)
+
+
+def _assistant_message(turn: ModelTurn, calls: list[tuple[str, str, Any]]) -> dict[str, Any]:
+    """The model's turn as the transcript holds it: native tool calls, or its text."""
+    if not turn.native:
+        return {"role": "assistant", "content": turn.text}
+    return {
+        "role": "assistant",
+        "content": turn.text or "",  # some servers reject null content
+        "tool_calls": [
+            {
+                "id": cid,
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+                },
+            }
+            for cid, name, args in calls
+        ],
+    }
+
+
+@dataclass
+class _Budget:
+    limits: Limits
+    total: int = 0
+    per_tool: dict[str, int] = field(default_factory=dict)
+
+    def spend(self, name: str) -> str:
+        """'' when the call may run (and counts it), else the limit it would break."""
+        if self.total >= self.limits.max_calls_total:
+            return "total_call_limit"
+        if self.per_tool.get(name, 0) >= self.limits.max_calls_per_tool:
+            return "tool_call_limit"
+        self.total += 1
+        self.per_tool[name] = self.per_tool.get(name, 0) + 1
+        return ""
+
+
+def _run_calls(
+    calls: list[tuple[str, str, Any]],
+    native: bool,
+    toolkit: Toolkit,
+    budget: _Budget,
+    step: Step,
+    traj: Trajectory,
+    messages: list[dict[str, Any]],
+) -> str:
+    """Run a turn's tool calls in order, recording each; returns the limit that stopped them, or ''."""
+    for cid, name, args in calls:
+        if breaker := budget.spend(name):
+            return breaker
+        call_started = now()
+        result = toolkit.call(name, args)
+        text = result.text()
+        step.tool_calls.append(
+            ToolCallRecord(
+                call_id=cid,
+                name=name,
+                arguments=args,
+                ok=result.ok,
+                result=text,
+                result_sha256=sha256_text(text),
+                error=result.error,
+                cached=result.cached,
+                started_at=call_started,
+                elapsed_ms=result.elapsed_ms,
+            )
+        )
+        if result.ok and result.sql:
+            traj.final_sql = result.sql
+        if native:
+            messages.append({"role": "tool", "tool_call_id": cid, "content": text})
+        else:
+            messages.append({"role": "user", "content": f"Tool result ({name}): {text}"})
+    return ""
+
+
+def _model_step(
+    policy: Policy, messages: list[dict[str, Any]], tools: list[dict[str, Any]], index: int
+) -> tuple[ModelTurn, Step]:
+    started = now()
+    t0 = time.perf_counter()
+    try:
+        turn = policy.next(messages, tools)
+    except Exception as exc:  # a failing endpoint ends the dialogue as a recorded outcome
+        turn = ModelTurn.failed(exc)
+    step = Step(
+        index=index,
+        started_at=started,
+        ended_at=started,
+        model_text=turn.text,
+        reasoning=turn.reasoning,
+        prompt_tokens=turn.prompt_tokens,
+        completion_tokens=turn.completion_tokens,
+        latency_ms=(time.perf_counter() - t0) * 1000,
+        retries=turn.retries,
+    )
+    return turn, step
 
 
 def run_dialogue(
@@ -110,6 +210,8 @@ def run_dialogue(
     limits: Limits | None = None,
     system_prompt: str | None = None,
 ) -> Trajectory:
+    """Model turn, then its tool calls, until a final answer with no follow-up left, a model error,
+    unparseable output or a limit; every way out is a recorded stop reason."""
     limits = limits or Limits()
     tools = openai_tools(toolkit.tool_names, type(toolkit))
     traj = Trajectory(
@@ -125,33 +227,15 @@ def run_dialogue(
         {"role": "system", "content": system_prompt or prompt()},
         {"role": "user", "content": question},
     ]
-    per_tool: dict[str, int] = {}
-    total_calls = unparseable = 0
+    budget = _Budget(limits)
+    unparseable = 0
     pending_followups = list(followups)
     deadline = time.monotonic() + limits.deadline_s if limits.deadline_s else None
     for index in range(limits.max_steps):
         if deadline is not None and time.monotonic() > deadline:
-            traj.stop_reason = "timeout"
-            traj.fallback = "answered from the last successful result"
-            traj.final_answer = traj.final_answer or _summary_answer(toolkit)
+            _fall_back(traj, "timeout", toolkit)
             break
-        started = now()
-        t0 = time.perf_counter()
-        try:
-            turn = policy.next(messages, tools)
-        except Exception as exc:
-            turn = ModelTurn.failed(exc)
-        step = Step(
-            index=index,
-            started_at=started,
-            ended_at=started,
-            model_text=turn.text,
-            reasoning=turn.reasoning,
-            prompt_tokens=turn.prompt_tokens,
-            completion_tokens=turn.completion_tokens,
-            latency_ms=(time.perf_counter() - t0) * 1000,
-            retries=turn.retries,
-        )
+        turn, step = _model_step(policy, messages, tools, index)
         traj.steps.append(step)
         if turn.error:
             step.parse_error = turn.error
@@ -165,15 +249,15 @@ def run_dialogue(
                 turn.native = False
             elif action.kind == "final":
                 traj.final_answer = action.text
-                if pending_followups:  # next user turn of a multi-turn dialogue
-                    messages = trim_context([*messages, {"role": "assistant", "content": turn.text}])
-                    step.user_message = pending_followups.pop(0)
-                    messages.append({"role": "user", "content": step.user_message})
-                    step.ended_at = now()
-                    continue
-                traj.stop_reason = "final_answer"
                 step.ended_at = now()
-                break
+                if not pending_followups:
+                    traj.stop_reason = "final_answer"
+                    break
+                # the next user turn of a multi-turn dialogue
+                messages = trim_context([*messages, {"role": "assistant", "content": turn.text}])
+                step.user_message = pending_followups.pop(0)
+                messages.append({"role": "user", "content": step.user_message})
+                continue
             else:
                 unparseable += 1
                 step.parse_error = action.error
@@ -181,75 +265,16 @@ def run_dialogue(
                     traj.stop_reason = "unparseable"
                     traj.final_answer = turn.text
                     break
-                messages += [
-                    {"role": "assistant", "content": turn.text},
-                    {"role": "user", "content": NUDGE},
-                ]
+                messages += [{"role": "assistant", "content": turn.text}, {"role": "user", "content": NUDGE}]
                 continue
-        if turn.native:
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": turn.text or "",  # some servers reject null content
-                    "tool_calls": [
-                        {
-                            "id": cid,
-                            "type": "function",
-                            "function": {
-                                "name": name,
-                                "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
-                            },
-                        }
-                        for cid, name, args in calls
-                    ],
-                }
-            )
-        else:
-            messages.append({"role": "assistant", "content": turn.text})
-        breaker = ""
-        for cid, name, args in calls:
-            if total_calls >= limits.max_calls_total:
-                breaker = "total_call_limit"
-                break
-            if per_tool.get(name, 0) >= limits.max_calls_per_tool:
-                breaker = "tool_call_limit"
-                break
-            total_calls += 1
-            per_tool[name] = per_tool.get(name, 0) + 1
-            call_started = now()
-            result = toolkit.call(name, args)
-            text = result.text()
-            step.tool_calls.append(
-                ToolCallRecord(
-                    call_id=cid,
-                    name=name,
-                    arguments=args,
-                    ok=result.ok,
-                    result=text,
-                    result_sha256=sha256_text(text),
-                    error=result.error,
-                    cached=result.cached,
-                    started_at=call_started,
-                    elapsed_ms=result.elapsed_ms,
-                )
-            )
-            if result.ok and "rows" in result.content:  # execute_sql, or the SQL a submitted plan compiled to
-                sql = result.content.get("compiled_sql") or _json_object(args).get("sql")
-                traj.final_sql = str(sql) if sql else traj.final_sql
-            if turn.native:
-                messages.append({"role": "tool", "tool_call_id": cid, "content": text})
-            else:
-                messages.append({"role": "user", "content": f"Tool result ({name}): {text}"})
+        messages.append(_assistant_message(turn, calls))
+        breaker = _run_calls(calls, turn.native, toolkit, budget, step, traj, messages)
         step.ended_at = now()
         if breaker:
-            traj.stop_reason = breaker  # type: ignore[assignment]
-            traj.fallback = "answered from the last successful result"
-            traj.final_answer = _summary_answer(toolkit)
+            _fall_back(traj, breaker, toolkit, replace_answer=True)
             break
     else:
-        traj.stop_reason = "max_steps"
-        traj.fallback = "answered from the last successful result"
-        traj.final_answer = traj.final_answer or _summary_answer(toolkit)
+        _fall_back(traj, "max_steps", toolkit)
     if toolkit.user is not None:
         traj.clarifications = [
             {"question": c.question, "slots": c.slots, "answer": c.answer}

@@ -193,7 +193,7 @@ class PlanToolkit(Toolkit):
             sql = compile_plan(plan, self.shared.catalog)
         except PlanError as exc:
             raise ToolError(f"plan rejected: {exc}") from exc
-        out = self.execute_sql(sql)
+        out = self.execute_sql(sql)  # a RanSql, so the call's result carries the compiled SQL
         out["compiled_sql"] = sql
         return out
 

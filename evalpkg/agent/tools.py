@@ -32,6 +32,7 @@ class ToolResult(BaseModel):
     error: str | None = None
     cached: bool = False
     elapsed_ms: float = 0.0
+    sql: str | None = None  # the SQL this call ran (execute_sql, or the SQL a submitted plan compiled to)
 
     def text(self) -> str:
         """What the model reads."""
@@ -54,8 +55,13 @@ class ToolOptions:
     cache: bool = True
 
 
-class FromCache(dict[str, Any]):
-    """A tool's content served from the run's cache (ToolResult.cached)."""
+class RanSql(dict[str, Any]):
+    """The content of a tool that ran SQL (what the model reads), with the SQL that ran and whether its
+    result came from the run's cache: they become ToolResult.sql and ToolResult.cached."""
+
+    def __init__(self, content: dict[str, Any], *, sql: str, cached: bool) -> None:
+        super().__init__(content)
+        self.sql, self.cached = sql, cached
 
 
 @dataclass
@@ -188,7 +194,7 @@ class Toolkit:
             "rows": result.rows[: paging.PAGE_ROWS],
             "total_rows": paging.total_rows(result),
         }
-        return FromCache(out) if cached else out
+        return RanSql(out, sql=sql, cached=cached)
 
     @tool("emr", "plan")
     def fetch_page(self, result_id: str, page: int) -> dict[str, Any]:
@@ -313,11 +319,16 @@ class Toolkit:
             cached = content is not None
             if content is None:
                 content = getattr(self, name)(**params)
-                cached = isinstance(content, FromCache)
+                cached = isinstance(content, RanSql) and content.cached
                 if cacheable:
                     self.shared.cache.put(name, params, content)
             return ToolResult(
-                name=name, ok=True, content=content, cached=cached, elapsed_ms=(time.perf_counter() - t0) * 1000
+                name=name,
+                ok=True,
+                content=content,
+                cached=cached,
+                elapsed_ms=(time.perf_counter() - t0) * 1000,
+                sql=content.sql if isinstance(content, RanSql) else None,
             )
         except ValidationError as exc:
             err = exc.errors()[0]
