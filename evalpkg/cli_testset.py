@@ -28,18 +28,29 @@ def build(seed: Annotated[int, typer.Option(help="parameter sampling seed")] = 1
 
 
 @app.command()
-def validate(version: Annotated[str | None, typer.Argument(help="e.g. v1; default: latest")] = None) -> None:
-    """Schema, manifest, uniqueness, coverage, and every gold SQL on the current eval snapshot."""
-    from evalpkg.testset.validate import validate_or_raise
+def validate(
+    version: Annotated[str | None, typer.Argument(help="e.g. v1; default: latest")] = None,
+    findings: Annotated[bool, typer.Option(help="list every trap that does not bite and every failed premise")] = False,
+) -> None:
+    """Schema, manifest, uniqueness, coverage, every gold SQL, trap mutations and premises on the current eval
+    snapshot (traps that do not bite and failed premises fail releases from v4 on; older ones report them)."""
+    from evalpkg.testset.validate import raise_on_problems
+    from evalpkg.testset.validate import validate as run
 
-    _log(validate_or_raise(get_settings(), version, progress=_log).summary())
+    report = run(get_settings(), version, progress=_log)
+    for line in report.findings() if findings else []:
+        typer.echo(line)
+    _log(raise_on_problems(report).summary())
 
 
 @app.command()
 def stats(version: Annotated[str | None, typer.Argument()] = None) -> None:
-    """Counts per type x difficulty, tag, language."""
-    from evalpkg.testset import release
+    """Counts per type x difficulty, tag, language; trap bite rate per tag and premise findings on the snapshot."""
+    from collections import Counter
+
+    from evalpkg.testset import release, traps
     from evalpkg.testset.models import Difficulty, TaskType
+    from evalpkg.testset.validate import discrimination
     from evalpkg.testset.validate import stats as compute
 
     rel = release.load(get_settings().tasks_dir, version)
@@ -51,6 +62,12 @@ def stats(version: Annotated[str | None, typer.Argument()] = None) -> None:
         typer.echo(f"{t.value:<16}" + "".join(f"{n:>8}" for n in row) + f"{sum(row):>8}")
     for name in ("tag", "language", "variants_per_task", "source"):
         typer.echo(f"{name}: " + ", ".join(f"{k}={v}" for k, v in sorted(s[name].items())))
+    snapshot, outcomes, findings = discrimination(get_settings(), rel.tasks)
+    typer.echo(f"trap bite rate on snapshot {snapshot} (bitten/applicable; tasks tagged):")
+    for tag, rate in traps.rates(outcomes).items():
+        typer.echo(f"  {tag:<16} {rate.summary():<24} {rate.tasks:>4}")
+    by_check = Counter(f.check for f in findings)
+    typer.echo(f"premise findings: {len(findings)}" + "".join(f", {k}={v}" for k, v in sorted(by_check.items())))
 
 
 @app.command()

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -12,11 +11,10 @@ from typing import TYPE_CHECKING, Any
 from evalpkg.agent.loop import ModelTurn, prompt
 from evalpkg.agent.trajectory import RetryRecord
 from evalpkg.testset.models import ArgConstraint, Language, Task
+from evalpkg.testset.traps import perturb_sql  # the defects are the trap mutations validate runs
 
 if TYPE_CHECKING:  # the openai SDK is imported only by runs that call a model
     from evalpkg.agent.model_client import ModelClient
-
-TIME_SWAPS = {"cyrq": "ryrq", "ryrq": "cyrq", "report_time": "cysj", "cysj": "report_time", "kssj": "jssj"}
 
 
 def _cid() -> str:
@@ -103,24 +101,6 @@ def gold_policy(task: Task, language: Language = Language.zh) -> ScriptedPolicy:
             final=points or "数据库中没有这项数据，无法回答。 The database does not hold this data.",
         )
     return ScriptedPolicy("gold", gold_plan(task), suffix=points)
-
-
-def perturb_sql(sql: str, kind: str) -> str:
-    """Mutations a scorer must catch."""
-    if kind == "wrong_time_field":
-        for a, b in TIME_SWAPS.items():
-            if re.search(rf"\b{a}\b", sql):
-                return re.sub(rf"\b{a}\b", b, sql)
-    if kind == "dropped_null_handling":
-        out = re.sub(r"\s+and\s+\w+(\.\w+)?\s+is\s+not\s+null", "", sql, flags=re.IGNORECASE)
-        out = re.sub(r"\bnot\s+exists\b", "exists", out, flags=re.IGNORECASE)
-        if out != sql:
-            return out
-    if kind == "wrong_column":
-        out = re.sub(r"count\(\s*distinct\s+(\w+\.)?patient_id\s*\)", "count(*)", sql, flags=re.IGNORECASE)
-        if out != sql:
-            return out
-    return sql
 
 
 def perturbation_policy(task: Task, kind: str, language: Language = Language.zh) -> ScriptedPolicy:

@@ -7,12 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from evalpkg.agent.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.db import first_line
+from evalpkg.dburl import with_user
 from evalpkg.errors import DataError
 from evalpkg.expectations import ValidationReport, load_suite, validate_frames
-from evalpkg.settings import Settings
+from evalpkg.settings import AGENT_ROLE, EVAL_DB, Settings
 from evalpkg.sql import fingerprint
-from evalpkg.testset import determinism, release
+from evalpkg.sql.guard import SqlRefused
+from evalpkg.testset import determinism, premises, release, traps
 from evalpkg.testset.gold import GOLD_TIMEOUT_MS, GoldError, agent_connection, run_gold, snapshot_version
 from evalpkg.testset.models import Difficulty, QuestionVariant, Task, TaskType
 
@@ -33,15 +36,25 @@ class TestsetReport:
     snapshot_version: str = ""
     problems: list[str] = field(default_factory=list)
     tabular: ValidationReport | None = None
+    trap_outcomes: list[traps.Outcome] = field(default_factory=list)
+    premise_findings: list[premises.Finding] = field(default_factory=list)
 
     def summary(self) -> str:
         state = "ok" if not self.problems else f"{len(self.problems)} problem(s)"
         gx = f"; {self.tabular.summary()}" if self.tabular else ""
+        bites = ", ".join(f"{tag} {r.summary()}" for tag, r in traps.rates(self.trap_outcomes).items() if r.tasks)
+        held = "failing" if traps.required(self.version) else f"reported only, before {traps.TRAP_BITE_REQUIRED_FROM}"
         return (
             f"test set {self.version}: {self.tasks} tasks, {self.gold_queries} gold queries executed on "
             f"snapshot {self.snapshot_version} ({self.nondeterministic_golds} nondeterministic, "
-            f"{self.undetermined_points} undetermined answer points): {state}{gx}"
+            f"{self.undetermined_points} undetermined answer points): {state}{gx}; trap bite rate (bitten/"
+            f"applicable): {bites or 'no trap tags'}; {len(self.premise_findings)} premise finding(s) ({held})"
         )
+
+    def findings(self) -> list[str]:
+        """Each tagged trap that does not bite (or cannot be checked) and each failed premise, one line each."""
+        unbitten = [f"trap {o.line()}" for o in self.trap_outcomes if o.status != "bites"]
+        return unbitten + [f"premise {f.line()}" for f in self.premise_findings]
 
 
 def structural_problems(tasks: list[Task], *, min_tasks: int = MIN_TASKS) -> list[str]:
@@ -148,7 +161,42 @@ def validate(
             report.problems += output_problems(task, columns)
             if i % 50 == 0:
                 progress(f"checked {i}/{len(rel.tasks)} tasks")
+    progress("running the trap mutations and premise checks")
+    _, report.trap_outcomes, report.premise_findings = discrimination(settings, rel.tasks)
+    if traps.required(rel.version):  # v1..v3 are immutable: reported in the summary, never failed
+        report.problems += report.findings()
     return report
+
+
+def discrimination(settings: Settings, tasks: list[Task]) -> tuple[str, list[traps.Outcome], list[premises.Finding]]:
+    """(the snapshot, each tagged trap's mutation graded against its gold, the premise findings) on the
+    current eval snapshot."""
+    with agent_connection(settings) as conn:  # ServiceError here, not one failure per task
+        snapshot = snapshot_version(conn)
+    executor = _MemoExecutor(with_user(settings.db_url(EVAL_DB), AGENT_ROLE, settings.agent_password), GOLD_TIMEOUT_MS)
+    try:
+        return snapshot, traps.measure(tasks, executor), premises.check(tasks, executor.run)
+    finally:
+        executor.close()
+
+
+class _MemoExecutor(ReadOnlyExecutor):
+    """The agents' read-only path, every row, each statement run once (golds are re-read per mutation)."""
+
+    def __init__(self, url: str, timeout_ms: int) -> None:
+        super().__init__(url, timeout_ms=timeout_ms, row_cap=None)
+        self._memo: dict[str, QueryResult | QueryFailed | SqlRefused] = {}
+
+    def run(self, sql: str, *, checked: bool = False) -> QueryResult:
+        if sql not in self._memo:
+            try:
+                self._memo[sql] = super().run(sql, checked=checked)
+            except (QueryFailed, SqlRefused) as exc:
+                self._memo[sql] = exc
+        got = self._memo[sql]
+        if isinstance(got, Exception):
+            raise got
+        return got
 
 
 def _check_determinism(
@@ -166,7 +214,10 @@ def _check_determinism(
 
 
 def validate_or_raise(settings: Settings, version: str | None = None, **kw: object) -> TestsetReport:
-    report = validate(settings, version, **kw)  # type: ignore[arg-type]
+    return raise_on_problems(validate(settings, version, **kw))  # type: ignore[arg-type]
+
+
+def raise_on_problems(report: TestsetReport) -> TestsetReport:
     if report.problems:
         raise DataError(f"{report.summary()}; first: {report.problems[0]}")
     return report

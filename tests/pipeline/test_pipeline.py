@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from evalpkg.agent.policies import perturb_sql
 from evalpkg.pipeline import store
 from evalpkg.pipeline.comparator import COMPARATOR_VERSION
 from evalpkg.pipeline.config import RunConfig
@@ -27,6 +26,7 @@ from evalpkg.settings import Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release
 from evalpkg.testset.gold import agent_connection, run_gold
+from evalpkg.testset.traps import perturb_sql
 from tests.pipeline.helpers import imperfections, run_agent
 
 
