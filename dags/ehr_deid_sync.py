@@ -1,5 +1,6 @@
-"""Airflow DAG ehr_deid_sync: source freshness -> bootstrap -> the dbt project as tasks (Cosmos)
--> Great Expectations -> Asset eval_db. Wiring only; the logic lives in evalpkg."""
+"""Airflow DAG ehr_deid_sync: bootstrap -> source freshness -> the dbt project as tasks (Cosmos), into
+build schemas -> Great Expectations on the build -> publish (one swap) -> Asset eval_db. Agents query
+the previous snapshot until publish. Wiring only; the logic lives in evalpkg."""
 
 from __future__ import annotations
 
@@ -45,15 +46,22 @@ def ehr_deid_sync() -> None:
         render_config=RenderConfig(
             load_method=LoadMode.DBT_LS,
             test_behavior=TestBehavior.AFTER_EACH,
+            # a test reading several models (row parity, relationships) runs once all of them are built:
+            # the build schemas hold nothing else (it used to read the previous snapshot's tables)
+            should_detach_multiple_parents_tests=True,
             invocation_mode=InvocationMode.DBT_RUNNER,
         ),
     )
 
-    @task(outlets=[EVAL_DB])
+    @task
     def validate() -> str:
         return orchestration.sync_validate()
 
-    prepare() >> source_freshness() >> dbt >> validate()
+    @task(outlets=[EVAL_DB])
+    def publish() -> None:
+        orchestration.sync_publish()
+
+    prepare() >> source_freshness() >> dbt >> validate() >> publish()
 
 
 ehr_deid_sync()

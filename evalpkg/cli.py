@@ -149,9 +149,13 @@ def sync(
     full_refresh: Annotated[bool, typer.Option(help="rebuild incremental models from scratch")] = False,
 ) -> None:
     """De-identify production into the eval DB with dbt, then validate it with Great Expectations."""
+    from evalpkg.interrupts import Interrupted
     from evalpkg.sync.runner import run_sync
 
-    report = run_sync(get_settings(), full_refresh=full_refresh, progress=_log)
+    try:
+        report = run_sync(get_settings(), full_refresh=full_refresh, progress=_log)
+    except KeyboardInterrupt as exc:  # run_sync says what it kept; dbt's queries are cancelled by then
+        raise Interrupted(str(exc)) from None
     _log(report.summary())
 
 
@@ -176,12 +180,18 @@ def _settings_error(exc: ValidationError) -> str:
 
 
 def main() -> None:
+    from evalpkg.interrupts import INTERRUPTED_EXIT, Interrupted
+
     try:
         code = app(standalone_mode=False)  # returns the code of typer.Exit raised inside a command
+        if code == INTERRUPTED_EXIT:  # typer's answer to a KeyboardInterrupt no command turned into Interrupted
+            raise Interrupted()
         if isinstance(code, int) and code:
             sys.exit(code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
+    except KeyboardInterrupt:  # Ctrl-C outside a command (while typer parses the arguments)
+        _fail(str(Interrupted()), INTERRUPTED_EXIT)
     except typer.Abort:
         typer.echo("evalpkg: aborted", err=True)
         sys.exit(130)

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 import typer
 
 from evalpkg.errors import UsageError
-from evalpkg.settings import get_settings
+from evalpkg.settings import Settings, get_settings
 
 app = typer.Typer(no_args_is_help=True, help="The benchmark test set (tasks/<version>/).")
 
@@ -135,7 +135,34 @@ def review(
 @app.command("release")
 def release_cmd() -> None:
     """Make the next version from approved candidates, with CHANGELOG and manifest."""
+    from evalpkg.interrupts import Interrupted, held_interrupts
+    from evalpkg.testset import release
     from evalpkg.testset.refresh import release_approved
 
-    rel = release_approved(get_settings())
+    settings = get_settings()
+    tasks_dir = settings.tasks_dir
+    release.recover(tasks_dir)
+    _mark_shipped_candidates(settings)
+    version = release.next_version(tasks_dir)
+    # Ctrl-C: before the release dir is renamed into place nothing is left behind; from then on it waits
+    # until the CHANGELOG and the review queue say so too.
+    done = f"{version} was released in full (tasks, manifest, CHANGELOG, review queue) before it took effect"
+    try:
+        with held_interrupts(lambda: (tasks_dir / version).exists(), done):
+            rel = release_approved(settings)
+    except KeyboardInterrupt as exc:
+        raise Interrupted(str(exc) or f"nothing was released; {tasks_dir} is as it was") from None
     _log("nothing approved to release" if rel is None else f"released {rel.version}: {len(rel.tasks)} tasks")
+
+
+def _mark_shipped_candidates(settings: Settings) -> None:
+    """A release killed outright after its rename has shipped approved candidates it did not mark:
+    mark them now, so they are not released twice."""
+    from evalpkg.testset import release
+    from evalpkg.testset.refresh import _save, load_queue
+
+    waiting = [(p, c) for p, c in load_queue(settings) if c.status == "approved" and not c.released_in]
+    shipped = release.first_released_in(settings.tasks_dir) if waiting else {}
+    for path, cand in waiting:
+        if cand.task.id in shipped:
+            _save(path, cand.model_copy(update={"released_in": shipped[cand.task.id]}))

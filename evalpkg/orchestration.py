@@ -23,9 +23,12 @@ RUN_OPTIONS: dict[str, dict[str, Any]] = {
 
 
 def sync_prepare() -> None:
-    from evalpkg.sync.runner import prepare
+    """Bootstrap, then fresh build schemas: the DAG's dbt tasks write there, never to what agents query."""
+    from evalpkg.sync.runner import prepare, start_build
 
-    prepare(get_settings())
+    settings = get_settings()
+    prepare(settings)
+    start_build(settings)
 
 
 def sync_freshness() -> None:
@@ -35,15 +38,30 @@ def sync_freshness() -> None:
 
 
 def sync_validate() -> str:
+    """Statistics and the GX suite on the build, before anything is published."""
+    from evalpkg.sync.dbt import BUILD_SUFFIX
+    from evalpkg.sync.runner import analyze_build
     from evalpkg.sync.validate import validate_eval_db
 
-    return validate_eval_db(get_settings()).summary()
+    settings = get_settings()
+    analyze_build(settings)
+    return validate_eval_db(settings, suffix=BUILD_SUFFIX).summary()
+
+
+def sync_publish() -> None:
+    """The validated build becomes what agents query, in one transaction."""
+    from evalpkg.sync import publish
+
+    settings = get_settings()
+    publish.publish(settings)
+    publish.drop_replaced(settings)
 
 
 def dbt_env() -> dict[str, str]:
+    """The dbt tasks' profile: marts go to the build schemas that sync_publish swaps in."""
     from evalpkg.sync.dbt import profile_env
 
-    return profile_env(get_settings())
+    return profile_env(get_settings(), build=True)
 
 
 def eval_params() -> dict[str, dict[str, Any]]:

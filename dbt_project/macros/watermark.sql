@@ -2,6 +2,8 @@
   High-water marks of incremental models in staging.sync_watermark (sync role only).
   The upper bound is fixed when the model renders and stored as `pending`; the post-hook
   promotes it only after the model succeeded, so rows changed mid-run are picked up next time.
+  A build into the build schemas (EVALPKG_DBT_BUILD_SUFFIX set) promotes it to `built` only:
+  `evalpkg sync` makes that the high-water mark in the transaction that publishes the build.
 #}
 
 {% macro watermark_bounds(model_name, source_relation) %}
@@ -21,5 +23,6 @@
 {% endmacro %}
 
 {% macro promote_watermark(model_name) %}
-    update staging.sync_watermark set high_water = pending where model = '{{ model_name }}'
+    {%- set column = 'built' if env_var('EVALPKG_DBT_BUILD_SUFFIX', '') else 'high_water' -%}
+    update staging.sync_watermark set {{ column }} = pending where model = '{{ model_name }}'
 {% endmacro %}

@@ -31,6 +31,9 @@ MIN_KEY_BYTES = 32
 # a cross join fails with a tool error instead of exhausting the server.
 AGENT_WORK_MEM = "16MB"
 AGENT_TEMP_FILE_LIMIT = "1GB"
+# A sync killed outright (no chance to cancel its queries) leaves server sessions running; this is how
+# soon such a session notices its client is gone and stops, releasing the build schemas.
+SYNC_CLIENT_CHECK = "2s"
 
 
 def _ident(name: str) -> sql.Identifier:
@@ -54,6 +57,12 @@ def ensure_roles(settings: Settings) -> None:
             )
         )
         conn.execute(sql.SQL("alter role {} set work_mem = {}").format(_ident(AGENT_ROLE), sql.Literal(AGENT_WORK_MEM)))
+        with contextlib.suppress(psycopg.errors.InvalidParameterValue):  # platforms without the check
+            conn.execute(
+                sql.SQL("alter role {} set client_connection_check_interval = {}").format(
+                    _ident(SYNC_ROLE), sql.Literal(SYNC_CLIENT_CHECK)
+                )
+            )
         # superuser-only, so beyond the role's own reach; an external server's admin may lack the right
         with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
             conn.execute(
@@ -116,12 +125,14 @@ def ensure_eval_db(settings: Settings) -> None:
             conn.execute(
                 sql.SQL("create schema if not exists {} authorization {}").format(_ident(schema), _ident(SYNC_ROLE))
             )
+        # high_water: of the published snapshot; built: of the build waiting to be published
         conn.execute(
             sql.SQL(
                 "create table if not exists staging.sync_watermark "
-                "(model text primary key, high_water timestamp, pending timestamp)"
+                "(model text primary key, high_water timestamp, pending timestamp, built timestamp)"
             )
         )
+        conn.execute("alter table staging.sync_watermark add column if not exists built timestamp")
         conn.execute(sql.SQL("alter table staging.sync_watermark owner to {}").format(_ident(SYNC_ROLE)))
         conn.execute(sql.SQL("grant create on database {} to {}").format(_ident(EVAL_DB), _ident(SYNC_ROLE)))
         for schema in MART_SCHEMAS:

@@ -6,10 +6,14 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from evalpkg.dburl import parts
 from evalpkg.errors import SyncError
 from evalpkg.settings import EVAL_DB, SYNC_ROLE, Settings
+
+# Marts (models under models/marts/) build into <schema> + this; `evalpkg sync` then swaps them in.
+BUILD_SUFFIX = "__build"
 
 
 @dataclass
@@ -21,10 +25,12 @@ class NodeResult:
     message: str
 
 
-def profile_env(settings: Settings) -> dict[str, str]:
-    """Environment the dbt profile reads (dbt_project/profiles.yml): the sync role, never the key."""
+def profile_env(settings: Settings, *, build: bool = False) -> dict[str, str]:
+    """Environment the dbt profile reads (dbt_project/profiles.yml): the sync role, never the key.
+    ``build``: marts go to the build schemas (emr__build, ...), not the ones agents query."""
     target = parts(settings.db_url(EVAL_DB))
     return {
+        "EVALPKG_DBT_BUILD_SUFFIX": BUILD_SUFFIX if build else "",
         "EVALPKG_DBT_HOST": str(target["host"] or "127.0.0.1"),
         "EVALPKG_DBT_PORT": str(target["port"]),
         "EVALPKG_DBT_USER": SYNC_ROLE,
@@ -35,8 +41,8 @@ def profile_env(settings: Settings) -> dict[str, str]:
 
 
 @contextmanager
-def _profile_env(settings: Settings) -> Iterator[None]:
-    env = profile_env(settings)
+def _profile_env(settings: Settings, build: bool) -> Iterator[None]:
+    env = profile_env(settings, build=build)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -55,12 +61,44 @@ def dbt_args(settings: Settings, command: str, *extra: str) -> list[str]:
     return [*command.split(), "--project-dir", project, "--profiles-dir", project, *extra]
 
 
-def run_dbt(settings: Settings, command: str, *extra: str) -> list[NodeResult]:
-    """Invoke dbt; raise SyncError naming the first failing node."""
+def parse(settings: Settings, *, build: bool = False) -> Any:
+    """The project's manifest (dbt's Manifest), for a later ``run_dbt(..., manifest=)`` to reuse."""
     from dbt.cli.main import dbtRunner
 
-    with _profile_env(settings):
-        res = dbtRunner().invoke(dbt_args(settings, command, *extra))
+    with _profile_env(settings, build):
+        res = dbtRunner().invoke(dbt_args(settings, "parse", "--quiet"))
+    if isinstance(res.exception, KeyboardInterrupt):
+        raise res.exception
+    if not res.success or res.result is None:
+        raise SyncError(f"dbt parse failed: {_first_line(res.exception)}")
+    return res.result
+
+
+def incremental_models(manifest: Any) -> list[tuple[str, str]]:
+    """(schema, table) of every incremental model, as the manifest names them."""
+    return sorted(
+        (n.schema, n.alias or n.name)
+        for n in manifest.nodes.values()
+        if n.resource_type == "model" and n.config.materialized == "incremental"
+    )
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc).strip() if exc else ""
+    return text.splitlines()[0] if text else "see dbt output"
+
+
+def run_dbt(
+    settings: Settings, command: str, *extra: str, build: bool = False, manifest: Any = None
+) -> list[NodeResult]:
+    """Invoke dbt; raise SyncError naming the first failing node. Ctrl-C: dbt cancels its queries
+    on the server, then the KeyboardInterrupt goes on (dbt would return it as a failed result)."""
+    from dbt.cli.main import dbtRunner
+
+    with _profile_env(settings, build):
+        res = dbtRunner(manifest=manifest).invoke(dbt_args(settings, command, *extra))
+    if isinstance(res.exception, KeyboardInterrupt):
+        raise res.exception
     results: list[NodeResult] = []
     raw = getattr(res.result, "results", None) or []
     for r in raw:
@@ -82,6 +120,5 @@ def run_dbt(settings: Settings, command: str, *extra: str) -> list[NodeResult]:
             f"{first.message.splitlines()[0] if first.message else first.status}"
         )
     if not res.success:
-        detail = str(res.exception).strip().splitlines()[0] if res.exception else "see dbt output"
-        raise SyncError(f"dbt {command} failed: {detail}")
+        raise SyncError(f"dbt {command} failed: {_first_line(res.exception)}")
     return results

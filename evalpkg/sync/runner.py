@@ -1,20 +1,27 @@
-"""`evalpkg sync`: bootstrap, dbt build, Great Expectations; clear errors for every precondition."""
+"""`evalpkg sync`: bootstrap, dbt build, Great Expectations, publish; clear errors for every precondition.
+
+dbt builds the marts into build schemas and the suite checks them there; only then are they published
+in one transaction (evalpkg.sync.publish). Until that moment agents query the previous snapshot, and a
+failure or Ctrl-C anywhere before it leaves that snapshot as it was."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from evalpkg.db import connect
 from evalpkg.errors import ConfigError
 from evalpkg.expectations import ValidationReport
 from evalpkg.services.postgres import Progress, ensure_databases
 from evalpkg.settings import EVAL_DB, Settings
-from evalpkg.sync import bootstrap
-from evalpkg.sync.dbt import NodeResult, run_dbt
+from evalpkg.sync import bootstrap, publish
+from evalpkg.sync.dbt import BUILD_SUFFIX, NodeResult, incremental_models, parse, run_dbt
 from evalpkg.sync.validate import validate_eval_db
 
 EVAL_TABLES = ("t_patient_info", "t_zy_visit", "t_diag_record", "t_lab_result", "t_med_order")
+NOT_PUBLISHED = "nothing was published; the eval DB keeps its previous snapshot"
+PUBLISHED = "the new snapshot was published before the interrupt took effect"
 
 
 @dataclass
@@ -49,6 +56,21 @@ def prepare(settings: Settings) -> None:
     bootstrap.ensure_foreign_server(settings)
 
 
+def start_build(settings: Settings, *, full_refresh: bool = False) -> Any:
+    """Fresh build schemas (incremental models seeded from the published snapshot); dbt's manifest."""
+    manifest = parse(settings, build=True)
+    publish.reset_build(settings, incremental_models(manifest), full_refresh=full_refresh)
+    return manifest
+
+
+def analyze_build(settings: Settings) -> None:
+    """Fresh planner statistics for agents' queries and the catalog tools (pg_stats); they are
+    published with the tables."""
+    with connect(settings.db_url(EVAL_DB)) as conn:
+        for schema, table in publish.build_tables(conn):
+            conn.execute(f'analyze "{schema}"."{table}"')
+
+
 def run_sync(
     settings: Settings,
     *,
@@ -56,29 +78,41 @@ def run_sync(
     validate: bool = True,
     progress: Progress = lambda _: None,
 ) -> SyncReport:
+    published = False
+    try:
+        with publish.sync_lock(settings):
+            report = _build_and_check(settings, full_refresh, validate, progress)
+            publish.publish(settings)
+            published = True
+            publish.drop_replaced(settings)
+    except KeyboardInterrupt as exc:
+        if str(exc):
+            raise
+        raise KeyboardInterrupt(PUBLISHED if published else NOT_PUBLISHED) from None
+    return report
+
+
+def _build_and_check(settings: Settings, full_refresh: bool, validate: bool, progress: Progress) -> SyncReport:
     report = SyncReport()
     t0 = time.perf_counter()
     prepare(settings)
+    manifest = start_build(settings, full_refresh=full_refresh)
     report.seconds["prepare"] = time.perf_counter() - t0
     progress("running dbt build (staging -> marts, data and unit tests)")
     t1 = time.perf_counter()
-    report.nodes = run_dbt(settings, "build", *(["--full-refresh"] if full_refresh else []))
+    extra = ["--full-refresh"] if full_refresh else []
+    report.nodes = run_dbt(settings, "build", *extra, build=True, manifest=manifest)
     report.seconds["dbt"] = time.perf_counter() - t1
+    analyze_build(settings)
     with connect(settings.db_url(EVAL_DB)) as conn:
-        # Fresh planner statistics for agents' queries and the catalog tools (pg_stats).
-        for schema, table in conn.execute(
-            "select table_schema, table_name from information_schema.tables "
-            "where table_schema in ('emr', 'meta', 'ops') and table_type = 'BASE TABLE'"
-        ).fetchall():
-            conn.execute(f'analyze "{schema}"."{table}"')
         for table in EVAL_TABLES:
-            row = conn.execute(f"select count(*) from emr.{table}").fetchone()
+            row = conn.execute(f"select count(*) from emr{BUILD_SUFFIX}.{table}").fetchone()
             report.rows[table] = int(row[0]) if row else 0
-        snap = conn.execute("select snapshot_version from meta.snapshot").fetchone()
+        snap = conn.execute(f"select snapshot_version from meta{BUILD_SUFFIX}.snapshot").fetchone()
         report.snapshot_version = str(snap[0]) if snap else ""
     if validate:
         progress("validating the eval DB with Great Expectations")
         t2 = time.perf_counter()
-        report.validation = validate_eval_db(settings)
+        report.validation = validate_eval_db(settings, suffix=BUILD_SUFFIX)
         report.seconds["gx"] = time.perf_counter() - t2
     return report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -9,10 +10,18 @@ from evalpkg.db import connect
 from evalpkg.errors import SyncError
 from evalpkg.expectations import BatchSpec, ValidationReport, load_suite, validate_sql
 from evalpkg.settings import EVAL_DB, PROD_DB, Settings
+from evalpkg.sync.bootstrap import MART_SCHEMAS
 
 # Checked by their own format expectations; hex digests would look like phone numbers.
 PSEUDONYM_COLUMNS = ("patient_id", "visit_id")
 ROW_PARITY_TABLES = ("t_patient_info", "t_zy_visit", "t_diag_record", "t_lab_result", "t_med_order")
+# A mart schema qualifying a name in the suite's queries ("from emr.t_lab_result"), not part of one.
+QUALIFIED = re.compile(r'(?<![\w."$])(' + "|".join(MART_SCHEMAS) + r")\.(?=[a-z_\"])")
+
+
+def in_schemas(query: str, suffix: str) -> str:
+    """The suite's query on the build schemas (suffix "__build") rather than the published ones."""
+    return QUALIFIED.sub(lambda m: f"{m[1]}{suffix}.", query) if suffix else query
 
 
 def _text_values_query(settings: Settings, schemas: list[str]) -> str:
@@ -27,16 +36,16 @@ def _text_values_query(settings: Settings, schemas: list[str]) -> str:
     return " union ".join(parts)
 
 
-def _parameters(settings: Settings) -> dict[str, Any]:
+def _parameters(settings: Settings, suffix: str) -> dict[str, Any]:
     params: dict[str, Any] = {}
     with connect(settings.db_url(PROD_DB)) as conn:
         for table in ROW_PARITY_TABLES:
             row = conn.execute(f"select count(*) from his.{table} where is_deleted = 0").fetchone()
             params[f"prod_rows_{table}"] = int(row[0]) if row else 0
     with connect(settings.db_url(EVAL_DB)) as conn:
-        snap = conn.execute("select extract(year from pinned_date)::int from meta.snapshot").fetchone()
+        snap = conn.execute(f"select extract(year from pinned_date)::int from meta{suffix}.snapshot").fetchone()
     if snap is None:
-        raise SyncError(f"{EVAL_DB}.meta.snapshot is empty: the dbt build did not finish")
+        raise SyncError(f"{EVAL_DB}.meta{suffix}.snapshot is empty: the dbt build did not finish")
     now_year = int(snap[0])
     # Ages over 89 have no birth year; shifting back up to 364 days can reach one more year.
     params["min_birth_year"] = now_year - 91
@@ -44,11 +53,15 @@ def _parameters(settings: Settings) -> dict[str, Any]:
     return params
 
 
-def validate_eval_db(settings: Settings, suite_path: Path | None = None) -> ValidationReport:
+def validate_eval_db(settings: Settings, suite_path: Path | None = None, *, suffix: str = "") -> ValidationReport:
+    """The suite on the published marts, or with ``suffix`` (dbt.BUILD_SUFFIX) on a build not yet published."""
     spec = load_suite(suite_path or settings.expectations_dir / "eval_db.json")
 
     def query_for(batch: BatchSpec) -> str:
-        return batch.query or _text_values_query(settings, batch.all_text_columns or [])
+        if batch.query:
+            return in_schemas(batch.query, suffix)
+        schemas = batch.all_text_columns or []
+        return _text_values_query(settings, [s + suffix if s in MART_SCHEMAS else s for s in schemas])
 
-    report = validate_sql(spec, settings.db_url(EVAL_DB), _parameters(settings), query_for)
+    report = validate_sql(spec, settings.db_url(EVAL_DB), _parameters(settings, suffix), query_for)
     return report.raise_on_failure(SyncError)

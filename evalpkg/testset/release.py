@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from evalpkg.errors import DataError
+from evalpkg.interrupts import held_interrupts
 from evalpkg.testset.models import Task
 
 MANIFEST = "MANIFEST.json"
@@ -93,18 +94,21 @@ def parse_task_file(path: Path, label: str) -> Task:
         raise DataError(f"{label}: field {loc}: {err['msg']}") from exc
 
 
-def load(tasks_dir: Path, version: str | None = None, *, verify: bool = True) -> Release:
-    version = version or latest(tasks_dir)
-    root = tasks_dir / version
-    manifest_path = root / MANIFEST
-    if not manifest_path.is_file():
-        raise DataError(f"{manifest_path}: release manifest not found")
+def read_manifest(path: Path) -> Manifest:
+    if not path.is_file():
+        raise DataError(f"{path}: release manifest not found")
     try:
-        manifest = Manifest.model_validate_json(read_text(manifest_path))
+        return Manifest.model_validate_json(read_text(path))
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(map(str, err["loc"])) or "(file)"
-        raise DataError(f"{manifest_path}: field {loc}: {err['msg']}") from exc
+        raise DataError(f"{path}: field {loc}: {err['msg']}") from exc
+
+
+def load(tasks_dir: Path, version: str | None = None, *, verify: bool = True) -> Release:
+    version = version or latest(tasks_dir)
+    root = tasks_dir / version
+    manifest = read_manifest(root / MANIFEST)
     on_disk = {str(p.relative_to(root)) for p in (root / "tasks").glob("*.json")}
     if verify:
         if extra := sorted(on_disk - set(manifest.files)):
@@ -121,35 +125,88 @@ def load(tasks_dir: Path, version: str | None = None, *, verify: bool = True) ->
 
 
 def write(tasks_dir: Path, version: str, tasks: list[Task], snapshot_version: str, changes: ChangeSet) -> Release:
-    """Write a complete release atomically enough: into a temp dir, renamed into place at the end."""
+    """Write a complete release, or nothing: tasks and manifest go to a hidden temp dir and the new
+    CHANGELOG to a temp file; then the dir is renamed into place and the CHANGELOG replaced, with
+    Ctrl-C held between the two. A process killed between them leaves the temp CHANGELOG, which the
+    next `recover` (run first by every write) puts in place."""
+    recover(tasks_dir)
     root = tasks_dir / version
     if root.exists():
         raise DataError(f"{root}: release already exists; releases are immutable")
-    staging = tasks_dir / f".{version}.tmp"
-    if staging.exists():
-        for p in sorted(staging.rglob("*"), reverse=True):
-            p.unlink() if p.is_file() else p.rmdir()
-        staging.rmdir()
-    (staging / "tasks").mkdir(parents=True)
-    files = {}
-    for task in sorted(tasks, key=lambda t: t.id):
-        rel = f"tasks/{task.id}.json"
-        (staging / rel).write_text(task_json(task), encoding="utf-8")
-        files[rel] = sha256(staging / rel)
-    manifest = Manifest(
-        version=version,
-        released=date.today().isoformat(),
-        snapshot_version=snapshot_version,
-        task_count=len(tasks),
-        files=files,
-    )
-    (staging / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    staging.rename(root)
-    _append_changelog(tasks_dir, version, manifest.released, changes)
+    staging, changelog = _staging(tasks_dir, version), _pending_changelog(tasks_dir, version)
+    try:
+        (staging / "tasks").mkdir(parents=True)
+        files = {}
+        for task in sorted(tasks, key=lambda t: t.id):
+            rel = f"tasks/{task.id}.json"
+            (staging / rel).write_text(task_json(task), encoding="utf-8")
+            files[rel] = sha256(staging / rel)
+        manifest = Manifest(
+            version=version,
+            released=date.today().isoformat(),
+            snapshot_version=snapshot_version,
+            task_count=len(tasks),
+            files=files,
+        )
+        (staging / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        changelog.write_text(_changelog_with(tasks_dir, version, manifest.released, changes), encoding="utf-8")
+        with held_interrupts():
+            staging.rename(root)
+            changelog.replace(tasks_dir / CHANGELOG)
+    except BaseException:
+        if not root.exists():  # not committed: leave no trace
+            _remove(staging)
+            changelog.unlink(missing_ok=True)
+        raise
     return Release(version, root, manifest, sorted(tasks, key=lambda t: t.id))
 
 
-def _append_changelog(tasks_dir: Path, version: str, released: str, changes: ChangeSet) -> None:
+def _staging(tasks_dir: Path, version: str) -> Path:
+    return tasks_dir / f".{version}.tmp"  # hidden, and no VERSION_RE match: never seen as a release
+
+
+def _pending_changelog(tasks_dir: Path, version: str) -> Path:
+    return tasks_dir / f".{CHANGELOG}.{version}.tmp"
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        for p in sorted(path.rglob("*"), reverse=True):
+            p.unlink() if p.is_file() or p.is_symlink() else p.rmdir()
+        path.rmdir()
+
+
+def _has_entry(tasks_dir: Path, version: str) -> bool:
+    path = tasks_dir / CHANGELOG
+    return path.is_file() and f"\n## {version} (" in path.read_text(encoding="utf-8")
+
+
+def recover(tasks_dir: Path) -> None:
+    """Finish or undo what an interrupted `write` left: a release whose CHANGELOG entry was not yet in
+    place gets it; temp dirs and CHANGELOGs of releases never renamed into place are removed."""
+    if not tasks_dir.is_dir():
+        return
+    for pending in tasks_dir.glob(f".{CHANGELOG}.v*.tmp"):
+        version = pending.name.removeprefix(f".{CHANGELOG}.").removesuffix(".tmp")
+        if (tasks_dir / version / MANIFEST).is_file() and not _has_entry(tasks_dir, version):
+            pending.replace(tasks_dir / CHANGELOG)
+        else:
+            pending.unlink()
+    for staging in tasks_dir.glob(".v*.tmp"):
+        _remove(staging)
+
+
+def first_released_in(tasks_dir: Path) -> dict[str, str]:
+    """Task id -> the first release that holds it, from the manifests alone."""
+    out: dict[str, str] = {}
+    for version in versions(tasks_dir):
+        for rel in read_manifest(tasks_dir / version / MANIFEST).files:
+            out.setdefault(Path(rel).stem, version)
+    return out
+
+
+def _changelog_with(tasks_dir: Path, version: str, released: str, changes: ChangeSet) -> str:
+    """The CHANGELOG with this version's section on top."""
     path = tasks_dir / CHANGELOG
     lines = [f"## {version} ({released})", ""]
     for title, items in (("Added", changes.added), ("Changed", changes.changed), ("Removed", changes.removed)):
@@ -157,7 +214,7 @@ def _append_changelog(tasks_dir: Path, version: str, released: str, changes: Cha
             lines += [f"### {title}", *[f"- `{tid}`: {reason}" for tid, reason in sorted(items.items())], ""]
     old = path.read_text(encoding="utf-8") if path.exists() else "# Test set changelog\n\n"
     head, _, rest = old.partition("\n\n")
-    path.write_text(f"{head}\n\n" + "\n".join(lines) + "\n" + rest, encoding="utf-8")
+    return f"{head}\n\n" + "\n".join(lines) + "\n" + rest
 
 
 def changelog_entry(tasks_dir: Path, version: str) -> ChangeSet:

@@ -116,7 +116,7 @@ def test_agent_eval_runs_end_to_end_and_lands_in_mlflow(dagbag: Any, generated: 
     mlflow_server.start(generated)
     try:
         run = dagbag.get_dag("agent_eval").test(
-            run_conf={"limit": 3, "shards": 2, "languages": ["zh"], "name": "dag-test"}
+            run_conf={"limit": 3, "shards": 2, "languages": ["zh"], "complexities": ["plain"], "name": "dag-test"}
         )
         assert str(run.state) == "success"
         shard_labels = {ti.rendered_map_index for ti in run.get_task_instances() if ti.task_id == "execute"}
