@@ -44,9 +44,7 @@ def running_cluster() -> Iterator[Settings]:
     postgres.init_cluster(s)
     postgres.start(s)
     try:
-        postgres.ensure_databases(s)
-        bootstrap.ensure_roles(s)
-        bootstrap.ensure_eval_db(s)
+        bootstrap.bootstrap_server(s)
         bootstrap.set_key(s)
         yield s
     finally:

@@ -28,11 +28,11 @@ from evalpkg.pipeline.metrics import breakdown
 from evalpkg.pipeline.plan import normalize
 from evalpkg.pipeline.report import write_report
 from evalpkg.pipeline.score import GoldCache, InstanceScore, score_instance
+from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.testset import release
 from evalpkg.testset.gold import agent_connection, snapshot_version
 
-Progress = Callable[[str], None]
 LIST_FIELDS = {"tool_names", "missed_points", "unsupported_numbers"}  # not columns for the GX suite
 
 
@@ -90,7 +90,7 @@ def _frames(scores: list[InstanceScore], trajectories: list[Trajectory]) -> dict
     }
 
 
-def score_run(settings: Settings, run_id: str, progress: Progress = lambda _: None, *, save: bool = True) -> Scored:
+def score_run(settings: Settings, run_id: str, progress: Progress = quiet, *, save: bool = True) -> Scored:
     """Stages 4 and 5 from the store alone: re-scoring never calls a model; `save=False` writes nothing."""
     config, testset_version, _, instances = store.load_run(settings, run_id)
     tasks = release.load(settings.tasks_dir, testset_version).by_id()
@@ -176,7 +176,7 @@ def track_run(settings: Settings, run_id: str, scored: Scored, max_traces: int |
     return parent
 
 
-def finish_run(settings: Settings, run_id: str, *, track: bool, progress: Progress = lambda _: None) -> Finished:
+def finish_run(settings: Settings, run_id: str, *, track: bool, progress: Progress = quiet) -> Finished:
     """The one path after execution, for the CLI, the DAG and re-scoring: score and cluster, validate
     the outputs (GX), write the HTML report, log to MLflow when `track`."""
     scored = score_run(settings, run_id, progress)
@@ -188,7 +188,7 @@ def run_all(
     settings: Settings,
     config: RunConfig,
     *,
-    progress: Progress = lambda _: None,
+    progress: Progress = quiet,
     shard_progress: Callable[[int, int], None] = lambda d, t: None,
     track: bool = True,
     run_id: str | None = None,

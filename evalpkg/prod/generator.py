@@ -27,7 +27,7 @@ from evalpkg.prod.encounters import (
 )
 from evalpkg.prod.patients import Patients, generate_patients
 from evalpkg.prod.tickets import generate_tickets
-from evalpkg.services.postgres import Progress
+from evalpkg.progress import Progress, quiet
 
 GENERATOR_VERSION = "1"
 MIN_PATIENTS, MAX_PATIENTS = 100, 100_000
@@ -242,7 +242,7 @@ def generate(
     patients: int,
     seed: int,
     as_of: date = DEFAULT_AS_OF,
-    progress: Progress = lambda _: None,
+    progress: Progress = quiet,
 ) -> GenerateReport:
     if not MIN_PATIENTS <= patients <= MAX_PATIENTS:
         raise ConfigError(f"--patients: {patients} is outside {MIN_PATIENTS}..{MAX_PATIENTS}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,8 +12,6 @@ from evalpkg.db import can_connect, connect
 from evalpkg.errors import ServiceError
 from evalpkg.services.process import as_service_user, chown_to_service_user, run
 from evalpkg.settings import EVAL_DB, PROD_DB, PROD_READER_ROLE, RESULTS_DB, Settings
-
-Progress = Callable[[str], None]
 
 # Throwaway local cluster: trade durability for load speed (data is regenerable).
 CLUSTER_CONF = """

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evalpkg.db import can_connect
+from evalpkg.progress import Progress
 from evalpkg.services import mlflow_server, postgres
 from evalpkg.settings import Settings
 from evalpkg.sync import bootstrap
@@ -18,15 +19,13 @@ class ServiceStatus:
     up: bool
 
 
-def up(settings: Settings, log: postgres.Progress) -> None:
+def up(settings: Settings, log: Progress) -> None:
     if settings.embedded_pg:
         if postgres.init_cluster(settings):
             log(f"created PostgreSQL cluster in {postgres.paths(settings).data}")
         postgres.start(settings)
         log(f"PostgreSQL up at {settings.admin_url}")
-    postgres.ensure_databases(settings)
-    bootstrap.ensure_roles(settings)
-    bootstrap.ensure_eval_db(settings)
+    bootstrap.bootstrap_server(settings)
     if settings.embedded_pg and bootstrap.set_key(settings):
         log("generated a de-identification key (stored only in the eval DB's deid_secret schema)")
     if settings.embedded_mlflow:
@@ -34,7 +33,7 @@ def up(settings: Settings, log: postgres.Progress) -> None:
         log(f"MLflow up at {settings.tracking_uri}")
 
 
-def down(settings: Settings, log: postgres.Progress) -> None:
+def down(settings: Settings, log: Progress) -> None:
     if settings.embedded_mlflow and mlflow_server.stop(settings):
         log("MLflow stopped")
     if settings.embedded_pg and postgres.stop(settings):

@@ -11,6 +11,7 @@ from psycopg import sql
 from evalpkg.db import connect
 from evalpkg.dburl import parts
 from evalpkg.errors import ConfigError, DataError
+from evalpkg.services import postgres
 from evalpkg.settings import (
     AGENT_ROLE,
     EVAL_DB,
@@ -43,6 +44,14 @@ def _ident(name: str) -> sql.Identifier:
 def _ensure_role(conn: psycopg.Connection, role: str) -> None:
     if conn.execute("select 1 from pg_roles where rolname = %s", (role,)).fetchone() is None:
         conn.execute(sql.SQL("create role {} login nosuperuser nocreatedb nocreaterole").format(_ident(role)))
+
+
+def bootstrap_server(settings: Settings) -> None:
+    """Databases, roles, grants and the eval DB's schemas and extensions: idempotent, and the one way
+    `evalpkg up`, the sync and the test fixtures prepare a server."""
+    postgres.ensure_databases(settings)
+    ensure_roles(settings)
+    ensure_eval_db(settings)
 
 
 def ensure_roles(settings: Settings) -> None:

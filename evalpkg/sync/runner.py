@@ -13,7 +13,7 @@ from typing import Any
 from evalpkg.db import connect
 from evalpkg.errors import ConfigError
 from evalpkg.expectations import ValidationReport
-from evalpkg.services.postgres import Progress, ensure_databases
+from evalpkg.progress import Progress, quiet
 from evalpkg.settings import EVAL_DB, Settings
 from evalpkg.sync import bootstrap, publish
 from evalpkg.sync.dbt import BUILD_SUFFIX, NodeResult, incremental_models, parse, run_dbt
@@ -44,9 +44,7 @@ class SyncReport:
 
 def prepare(settings: Settings) -> None:
     """Everything dbt needs: roles, grants, the foreign link; fails before dbt on a missing key."""
-    ensure_databases(settings)
-    bootstrap.ensure_roles(settings)
-    bootstrap.ensure_eval_db(settings)
+    bootstrap.bootstrap_server(settings)
     bootstrap.grant_prod_reader(settings)
     if not bootstrap.has_key(settings):
         raise ConfigError(
@@ -76,7 +74,7 @@ def run_sync(
     *,
     full_refresh: bool = False,
     validate: bool = True,
-    progress: Progress = lambda _: None,
+    progress: Progress = quiet,
 ) -> SyncReport:
     published = False
     try:

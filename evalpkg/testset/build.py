@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from evalpkg.errors import ConfigError, DataError
+from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint
 from evalpkg.testset import determinism, release
@@ -142,7 +142,7 @@ def instantiate(t: Template, combo: dict[str, Value], number: int) -> Task:
     )
 
 
-def build(settings: Settings, *, seed: int = 1, progress: Callable[[str], None] = lambda _: None) -> BuildReport:
+def build(settings: Settings, *, seed: int = 1, progress: Progress = quiet) -> BuildReport:
     spec = load_templates()
     report = BuildReport()
     seen: set[str] = set()
@@ -209,9 +209,7 @@ def _check(conn: Any, task: Task, seen: set[str], min_counts: dict[str, int]) ->
     return None
 
 
-def build_release(
-    settings: Settings, *, seed: int = 1, progress: Callable[[str], None] = lambda _: None
-) -> release.Release:
+def build_release(settings: Settings, *, seed: int = 1, progress: Progress = quiet) -> release.Release:
     """Freeze the templates into the first release (v1)."""
     tasks_dir = settings.tasks_dir
     if release.versions(tasks_dir):

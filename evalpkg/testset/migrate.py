@@ -6,13 +6,13 @@ grade every gold column, asked by every variant. Checked on the eval DB: each va
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 
 from evalpkg.errors import DataError
+from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.testset import release
 from evalpkg.testset.build import Template, instantiate, load_templates
@@ -47,9 +47,7 @@ class Migration:
         )
 
 
-def migrate(
-    settings: Settings, source: str, *, progress: Callable[[str], None] = lambda _: None
-) -> tuple[release.Release, Migration]:
+def migrate(settings: Settings, source: str, *, progress: Progress = quiet) -> tuple[release.Release, Migration]:
     tasks_dir = settings.tasks_dir
     latest = release.latest(tasks_dir)
     if source != latest:

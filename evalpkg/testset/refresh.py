@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError
 
 from evalpkg.errors import ConfigError, DataError
+from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint, guard
 from evalpkg.testset import release
@@ -163,9 +163,7 @@ def covered_patterns(settings: Settings) -> set[str]:
     return patterns
 
 
-def refresh(
-    settings: Settings, month: str, *, auto_approve: bool = False, progress: Callable[[str], None] = lambda _: None
-) -> RefreshReport:
+def refresh(settings: Settings, month: str, *, auto_approve: bool = False, progress: Progress = quiet) -> RefreshReport:
     start, end = _month_bounds(month)
     report = RefreshReport(month)
     seen = covered_patterns(settings)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +11,7 @@ from evalpkg.db import first_line
 from evalpkg.dburl import with_user
 from evalpkg.errors import DataError
 from evalpkg.expectations import ValidationReport, load_suite, validate_frames
+from evalpkg.progress import Progress, quiet
 from evalpkg.settings import AGENT_ROLE, EVAL_DB, Settings
 from evalpkg.sql import fingerprint
 from evalpkg.sql.guard import SqlRefused
@@ -133,7 +133,7 @@ def validate(
     version: str | None = None,
     *,
     min_tasks: int = MIN_TASKS,
-    progress: Callable[[str], None] = lambda _: None,
+    progress: Progress = quiet,
 ) -> TestsetReport:
     rel = release.load(settings.tasks_dir, version)  # schema + manifest: raises on the first bad file
     report = TestsetReport(rel.version, len(rel.tasks))
