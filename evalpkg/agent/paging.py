@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from evalpkg.agent.executor import QueryResult
+from evalpkg.sql.executor import QueryResult
 
 PAGE_ROWS = 200
 

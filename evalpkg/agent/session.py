@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from evalpkg.agent.cache import ToolCache
-from evalpkg.agent.executor import ReadOnlyExecutor
 from evalpkg.agent.loop import Limits, Policy
 from evalpkg.agent.plan_tools import PLAN_TOOL_NAMES, PlanToolkit
 from evalpkg.agent.policies import OpenAIPolicy, gold_policy, perturbation_policy
@@ -18,6 +17,7 @@ from evalpkg.dburl import with_user
 from evalpkg.errors import ConfigError
 from evalpkg.pipeline.config import RunConfig
 from evalpkg.settings import AGENT_ROLE, EVAL_DB, Settings
+from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset.gold import agent_connection, snapshot_version
 from evalpkg.testset.models import Language, Task
 

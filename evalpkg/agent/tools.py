@@ -16,12 +16,12 @@ from pydantic import BaseModel, ValidationError
 from evalpkg.agent import paging
 from evalpkg.agent.cache import ToolCache
 from evalpkg.agent.claims import check_claim
-from evalpkg.agent.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.agent.function_schema import arg_model, is_tool, tool, tools_of
 from evalpkg.agent.schema import Catalog, SchemaIndex
 from evalpkg.agent.state import QueryState, asked, merge
 from evalpkg.agent.user_sim import Clinician
 from evalpkg.sql import fingerprint
+from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.sql.guard import SqlRefused, check
 
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from evalpkg.agent.executor import ReadOnlyExecutor
 from evalpkg.agent.loop import run_dialogue, system_prompt
 from evalpkg.agent.session import (
     build_executor,
@@ -34,6 +33,7 @@ from evalpkg.pipeline import store
 from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.plan import Instance
 from evalpkg.settings import RESULTS_DB, Settings
+from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset import release
 from evalpkg.testset.models import Complexity, Language, Task
 

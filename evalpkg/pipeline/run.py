@@ -13,7 +13,6 @@ from typing import Any
 
 import pandas as pd
 
-from evalpkg.agent.executor import ReadOnlyExecutor
 from evalpkg.agent.session import agent_url
 from evalpkg.agent.tools import TOOL_NAMES
 from evalpkg.agent.trajectory import Trajectory, sha256_text
@@ -30,6 +29,7 @@ from evalpkg.pipeline.report import write_report
 from evalpkg.pipeline.score import GoldCache, InstanceScore, score_instance
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
+from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset import release
 from evalpkg.testset.gold import agent_connection, snapshot_version
 

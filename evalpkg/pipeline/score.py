@@ -13,11 +13,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from evalpkg.agent.claims import NUMBER
-from evalpkg.agent.executor import QueryFailed, ReadOnlyExecutor, jsonable
 from evalpkg.agent.trajectory import Trajectory
 from evalpkg.errors import DataError
 from evalpkg.pipeline.citations import unsupported_numbers
 from evalpkg.pipeline.comparator import COMPARATOR_VERSION, match, order_key_columns
+from evalpkg.sql.executor import QueryFailed, ReadOnlyExecutor, jsonable
 from evalpkg.sql.guard import SqlRefused
 from evalpkg.testset.models import ArgConstraint, Complexity, ExpectedToolCall, Language, Task, TaskType
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import psycopg
 
-from evalpkg.agent.executor import QueryFailed, run_on
 from evalpkg.db import connect
 from evalpkg.dburl import with_user
 from evalpkg.settings import AGENT_ROLE, EVAL_DB, Settings
+from evalpkg.sql.executor import QueryFailed, run_on
 from evalpkg.sql.guard import SqlRefused
 
 GOLD_TIMEOUT_MS = 10_000

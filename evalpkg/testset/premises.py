@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from sqlglot import exp
 
-from evalpkg.agent.executor import QueryFailed
 from evalpkg.errors import SqlParseError
 from evalpkg.pipeline.comparator import match, order_key_columns
+from evalpkg.sql.executor import QueryFailed
 from evalpkg.sql.guard import SqlRefused
 from evalpkg.sql.parse import parse_statement
 from evalpkg.testset.models import TaskType
 
 if TYPE_CHECKING:
-    from evalpkg.agent.executor import QueryResult
+    from evalpkg.sql.executor import QueryResult
     from evalpkg.testset.models import Task
 
 # How a task says that a top N may return fewer rows: result.empty_expected, or these words in its notes.

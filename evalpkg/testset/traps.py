@@ -20,7 +20,7 @@ from evalpkg.sql.parse import DIALECT, parse_statement
 from evalpkg.testset.release import VERSION_RE
 
 if TYPE_CHECKING:
-    from evalpkg.agent.executor import ReadOnlyExecutor
+    from evalpkg.sql.executor import ReadOnlyExecutor
     from evalpkg.testset.models import Task
 
 TRAP_TAGS: Final = ("time_semantics", "null_semantics", "unit", "soft_delete", "dictionary_code")
@@ -258,8 +258,8 @@ def measure(tasks: Iterable[Task], executor: ReadOnlyExecutor) -> list[Outcome]:
 
 
 def _outcome(task: Task, tag: str, executor: ReadOnlyExecutor) -> Outcome:
-    from evalpkg.agent.executor import QueryFailed
     from evalpkg.pipeline.score import GoldCache, execution_match
+    from evalpkg.sql.executor import QueryFailed
     from evalpkg.sql.guard import SqlRefused
 
     mutations = [(k, m) for k, m in enumerate(mutate(sql, tag) for sql in task.gold_sql) if m.sql]

@@ -6,7 +6,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from evalpkg.agent.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.db import first_line
 from evalpkg.dburl import with_user
 from evalpkg.errors import DataError
@@ -14,6 +13,7 @@ from evalpkg.expectations import ValidationReport, load_suite, validate_frames
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import AGENT_ROLE, EVAL_DB, Settings
 from evalpkg.sql import fingerprint
+from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.sql.guard import SqlRefused
 from evalpkg.testset import determinism, premises, release, traps
 from evalpkg.testset.gold import GOLD_TIMEOUT_MS, GoldError, agent_connection, run_gold, snapshot_version

@@ -5,11 +5,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from evalpkg.agent.executor import ReadOnlyExecutor
 from evalpkg.agent.session import build_executor, build_toolkit, load_shared
 from evalpkg.agent.tools import Shared, Toolkit
 from evalpkg.pipeline.config import RunConfig
 from evalpkg.settings import Settings
+from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset.models import Language, Task
 from tests.testset.test_models_and_fingerprints import task_dict

@@ -12,13 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 
 from evalpkg.agent.cache import ENTRY_ROWS, ToolCache
-from evalpkg.agent.executor import DEFAULT_ROW_CAP, QueryResult, ReadOnlyExecutor
 from evalpkg.agent.loop import run_dialogue
 from evalpkg.agent.policies import ScriptedPolicy
 from evalpkg.agent.session import agent_url
 from evalpkg.db import connect
 from evalpkg.pipeline.config import RunConfig
 from evalpkg.settings import Settings
+from evalpkg.sql.executor import DEFAULT_ROW_CAP, QueryResult, ReadOnlyExecutor
 from evalpkg.sync.bootstrap import AGENT_TEMP_FILE_LIMIT, AGENT_WORK_MEM
 from tests.agent.conftest import NewToolkit
 

@@ -75,7 +75,7 @@ def test_gold_agent_reproduces_every_v1_gold_result(generated: Settings, new_too
 
 
 def _j(v: Any) -> Any:
-    from evalpkg.agent.executor import jsonable
+    from evalpkg.sql.executor import jsonable
 
     return jsonable(v)
 

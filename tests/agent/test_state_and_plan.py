@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from evalpkg.agent.executor import ReadOnlyExecutor
 from evalpkg.agent.function_schema import openai_tools
 from evalpkg.agent.llm_user import LLMUser
 from evalpkg.agent.loop import system_prompt
@@ -21,6 +20,7 @@ from evalpkg.agent.tools import STATE_TOOL, TOOL_NAMES, Shared, Toolkit
 from evalpkg.agent.write_risk import assess
 from evalpkg.pipeline.config import RunConfig
 from evalpkg.settings import Settings
+from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset.gold import agent_connection, run_gold
 from evalpkg.testset.models import HiddenSlot, Language
 from tests.agent.conftest import NewToolkit

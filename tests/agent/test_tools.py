@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from evalpkg.agent.executor import DEFAULT_ROW_CAP
 from evalpkg.agent.function_schema import openai_tools
 from evalpkg.agent.llm_user import LLMUser
 from evalpkg.agent.model_client import ModelClient
@@ -17,6 +16,7 @@ from evalpkg.agent.tools import STATE_TOOL, TOOL_NAMES, Shared, Toolkit
 from evalpkg.agent.user_sim import ScriptedUser
 from evalpkg.errors import ConfigError
 from evalpkg.pipeline.config import RunConfig
+from evalpkg.sql.executor import DEFAULT_ROW_CAP
 from evalpkg.testset.models import HiddenSlot, Language, Task
 from tests.agent.conftest import NewToolkit
 from tests.testset.test_models_and_fingerprints import task_dict

@@ -7,9 +7,9 @@ from typing import Any, cast
 
 import pytest
 
-from evalpkg.agent.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.agent.trajectory import Trajectory
 from evalpkg.pipeline.score import GoldCache, InstanceScore, score_instance
+from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.testset.models import Task
 
 GOLD = "select diabetics, treated, pct from coverage"

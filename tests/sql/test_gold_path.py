@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from evalpkg.agent.executor import DEFAULT_ROW_CAP
 from evalpkg.settings import Settings
+from evalpkg.sql.executor import DEFAULT_ROW_CAP
 from evalpkg.testset.gold import GoldError, agent_connection, run_gold
 
 OVER_CAP = f"select g from generate_series(1, {DEFAULT_ROW_CAP + 5}) g order by g"

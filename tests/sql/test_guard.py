@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from evalpkg.agent import executor, tools
-from evalpkg.sql import fingerprint, guard
+from evalpkg.agent import tools
+from evalpkg.sql import executor, fingerprint, guard
 from evalpkg.testset import gold, refresh
 from tests.agent.test_guards import hostile_corpus
 

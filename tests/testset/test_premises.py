@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from evalpkg.agent.executor import QueryFailed, QueryResult
+from evalpkg.sql.executor import QueryFailed, QueryResult
 from evalpkg.testset import premises
 from evalpkg.testset.models import Task
 from tests.testset.test_models_and_fingerprints import task_dict

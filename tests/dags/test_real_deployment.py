@@ -1,0 +1,136 @@
+"""The DAGs under a real local Airflow deployment (scripts/airflow: api-server, scheduler,
+dag-processor, triggerer, LocalExecutor, metadata on the test cluster): runs triggered through the
+REST API succeed, agent_eval's shards are mapped onto the gpu pool and queue, and land in MLflow."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from evalpkg.settings import PROJECT_ROOT, Settings
+from evalpkg.sync.runner import SyncReport
+from tests.conftest import free_port
+
+SCRIPT = PROJECT_ROOT / "scripts" / "airflow"
+EVAL_CONF = {"limit": 3, "shards": 2, "languages": ["zh"], "complexities": ["plain"], "name": "real-test"}
+
+
+@dataclass
+class Deployment:
+    api: httpx.Client
+    home: Path
+
+    def logs(self) -> str:
+        """The tail of every component's and task's log, for failure messages."""
+        out = []
+        for path in sorted((self.home / "logs").rglob("*.log")):
+            out.append(
+                f"--- {path.relative_to(self.home)}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-25:])
+            )
+        return "\n".join(out)[-20_000:]
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    synced: SyncReport, generated: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    from evalpkg.services import mlflow_server
+
+    home = tmp_path_factory.mktemp("airflow-real")
+    port = free_port()
+    env = {
+        **os.environ,
+        "EVALPKG_STATE_DIR": str(generated.state_dir),
+        "EVALPKG_PG_PORT": str(generated.pg_port),
+        "EVALPKG_MLFLOW_PORT": str(generated.mlflow_port),
+        "EVALPKG_TASKS_DIR": str(generated.tasks_dir),
+        "EVALPKG_AIRFLOW_HOME": str(home),
+        "AIRFLOW_API_PORT": str(port),
+        "AIRFLOW_WORKER_LOG_PORT": str(free_port()),
+        "AIRFLOW_TRIGGER_LOG_PORT": str(free_port()),
+        "AIRFLOW_GPU_SLOTS": "2",
+        # only the runs this test triggers: no scheduled ehr_deid_sync run queued ahead of them
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    mlflow_server.start(generated)
+    try:
+        started = subprocess.run([str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=300)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}/api/v2", timeout=30) as api:
+            deployment = Deployment(api, home)
+            assert started.returncode == 0, started.stdout + started.stderr + deployment.logs()
+            yield deployment
+    finally:
+        subprocess.run([str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
+        mlflow_server.stop(generated)
+
+
+def _wait(what: str, deadline: float, check: Any, d: Deployment) -> Any:
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}\n{d.logs()}")
+        time.sleep(3)
+
+
+def _run_dag(d: Deployment, dag_id: str, conf: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Wait for the DAG to be parsed, unpause it, trigger one run, poll it to a final state."""
+    deadline = time.monotonic() + timeout_s
+    _wait(f"{dag_id} to be parsed", deadline, lambda: d.api.get(f"/dags/{dag_id}").status_code == 200, d)
+    d.api.patch(f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
+    response = d.api.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+    assert response.status_code in (200, 201), response.text
+    run_id = response.json()["dag_run_id"]
+
+    def finished() -> dict[str, Any] | None:
+        run: dict[str, Any] = d.api.get(f"/dags/{dag_id}/dagRuns/{run_id}").json()
+        return run if run["state"] in ("success", "failed") else None
+
+    run = _wait(f"{dag_id} run {run_id}", deadline, finished, d)
+    tis = d.api.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 1000}).json()
+    run["task_instances"] = tis["task_instances"]
+    states = {(ti["task_id"], ti["map_index"]): ti["state"] for ti in run["task_instances"]}
+    assert run["state"] == "success", f"{states}\n{d.logs()}"
+    return run
+
+
+def test_real_ehr_deid_sync_runs_under_the_scheduler(deployment: Deployment) -> None:
+    run = _run_dag(deployment, "ehr_deid_sync", {}, timeout_s=240)
+    task_ids = {ti["task_id"] for ti in run["task_instances"]}
+    assert {"prepare", "source_freshness", "validate", "publish"} <= task_ids
+    assert any(t.startswith("dbt.") for t in task_ids)
+
+
+def test_real_agent_eval_maps_shards_on_the_gpu_pool_and_tracks(deployment: Deployment, generated: Settings) -> None:
+    import mlflow
+
+    from evalpkg.pipeline import store
+
+    run = _run_dag(deployment, "agent_eval", EVAL_CONF, timeout_s=180)
+    execute = [ti for ti in run["task_instances"] if ti["task_id"] == "execute"]
+    assert sorted(ti["map_index"] for ti in execute) == [0, 1]
+    assert all((ti["queue"], ti["pool"], ti["state"]) == ("gpu", "gpu", "success") for ti in execute), execute
+    assert {ti["rendered_map_index"] for ti in execute} == {"shard 0", "shard 1"}
+    with store.results_db(generated) as conn:
+        row = conn.execute(
+            "select run_id, mlflow_run_id from results.run where name = 'real-test' order by created_at desc limit 1"
+        ).fetchone()
+        assert row is not None
+        scored = conn.execute("select count(*) from results.score where run_id = %s", (row[0],)).fetchone()
+    assert scored is not None and scored[0] == 3
+    mlflow.set_tracking_uri(generated.tracking_uri)
+    client = mlflow.MlflowClient()
+    parent = client.get_run(row[1])
+    children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{row[1]}'")
+    assert len(children) == 2
