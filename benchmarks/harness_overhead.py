@@ -18,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg
 
-from evalpkg.agent.executor import ReadOnlyExecutor
 from evalpkg.agent.loop import run_dialogue
 from evalpkg.agent.policies import ScriptedPolicy
 from evalpkg.agent.session import agent_url, load_shared
@@ -28,6 +27,7 @@ from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.execute import execute_shard
 from evalpkg.pipeline.run import plan_run
 from evalpkg.settings import RESULTS_DB, get_settings
+from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset import release
 
 
