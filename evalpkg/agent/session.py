@@ -103,22 +103,15 @@ def build_toolkit(
     client: ModelClient | None = None,
 ) -> Toolkit:
     """The strategy's toolkit and toolset, with the configured simulated clinician."""
-    clinician = build_clinician(config, task, language, client)
-    if config.strategy == "plan":
-        return PlanToolkit(
-            shared=shared,
-            executor=executor,
-            question=question,
-            user=clinician,
-            options=tool_options(config),
-            tool_names=PLAN_TOOL_NAMES,
-        )
+    kind: type[Toolkit] = Toolkit
     names = (*TOOL_NAMES, STATE_TOOL) if config.toolset == "emr-v1+state" else TOOL_NAMES
-    return Toolkit(
+    if config.strategy == "plan":
+        kind, names = PlanToolkit, PLAN_TOOL_NAMES
+    return kind(
         shared=shared,
         executor=executor,
         question=question,
-        user=clinician,
+        user=build_clinician(config, task, language, client),
         options=tool_options(config),
         tool_names=names,
     )
