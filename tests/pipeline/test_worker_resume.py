@@ -97,3 +97,34 @@ def test_a_killed_shard_resumes_from_the_cli_recording_each_instance_once(
     assert not [t.instance_id for t in every if t.stop_reason == "model_error"]
     assert score_run(generated, run_id, save=False).table["overall"]["accuracy"] == 1.0
     assert len(_worker_ports(log)) == 2  # the killed attempt and the resume, in one log
+
+
+def test_a_killed_cpu_worker_shard_resumes_from_the_cli(
+    synced: SyncReport, generated: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same with the packaged CPU model (llama.cpp): the run stores no endpoint, so run-shard
+    starts the worker itself, and nothing is recorded as a model error."""
+    env = cli_env(generated, install(tmp_path)[0])
+    for key, value in env.items():
+        if key.startswith("EVALPKG_"):
+            monkeypatch.setenv(key, value)
+    params = {"name": "resume-cpu", "worker": "cpu", "limit": 3, "languages": ["zh"], "complexities": ["plain"]}
+    run_id = orchestration.eval_plan(params | {"max_steps": 3, "concurrency": 1, "endpoint": None})
+    config, _, _, instances = store.load_run(generated, run_id)
+    assert (config.worker, config.agent, config.endpoint) == ("cpu", "openai", None)
+    command = [sys.executable, "-m", "evalpkg", "run-shard", run_id, "--shard", "0"]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not store.recorded_ids(generated, run_id, 0):
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+        assert time.monotonic() < deadline, "the CPU shard recorded nothing"
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    killed = store.recorded_ids(generated, run_id, 0)
+    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"{len(instances) - len(killed)} recorded, {len(killed)} recorded before" in resumed.stderr
+    every = store.trajectories(generated, run_id)
+    assert sorted(t.instance_id for t in every) == sorted(i.instance_id for i in instances)
+    assert not [t.instance_id for t in every if t.stop_reason == "model_error"]
