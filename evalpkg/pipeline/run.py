@@ -23,6 +23,7 @@ from evalpkg.pipeline.cluster import Cluster, cluster_failures
 from evalpkg.pipeline.comparator import COMPARATOR_VERSION
 from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.execute import ShardReport, execute_shard
+from evalpkg.pipeline.judge import Judge
 from evalpkg.pipeline.metrics import breakdown
 from evalpkg.pipeline.plan import normalize
 from evalpkg.pipeline.report import write_report
@@ -72,6 +73,14 @@ def plan_run(settings: Settings, config: RunConfig, run_id: str | None = None) -
     return run_id
 
 
+def _judge(config: RunConfig) -> Judge | None:
+    if config.judge_endpoint is None or config.judge_model is None:
+        return None
+    from evalpkg.agent.model_client import ModelClient
+
+    return Judge(ModelClient(config.judge_endpoint, config.api_key), config.judge_model)
+
+
 def _frames(scores: list[InstanceScore], trajectories: list[Trajectory]) -> dict[str, pd.DataFrame]:
     calls = [
         {"name": c.name if c.name in TOOL_NAMES else "(invalid)", "hash_ok": sha256_text(c.result) == c.result_sha256}
@@ -98,10 +107,15 @@ def score_run(settings: Settings, run_id: str, progress: Progress = quiet, *, sa
     repeats = {i.instance_id: i.repeat for i in instances}
     executor = ReadOnlyExecutor(agent_url(settings), timeout_ms=config.sql_timeout_ms * 2)
     gold = GoldCache(executor)
+    judge = _judge(config)
     try:
-        scores = [score_instance(tasks[t.task_id], t, repeats[t.instance_id], gold, executor) for t in trajectories]
+        scores = [
+            score_instance(tasks[t.task_id], t, repeats[t.instance_id], gold, executor, judge) for t in trajectories
+        ]
     finally:
         executor.close()
+        if judge is not None:
+            judge.close()
     progress(f"scored {len(scores)} instances")
     if save and (before := store.comparator_versions(settings, run_id) - {COMPARATOR_VERSION}):
         earlier = ", ".join(sorted(f"v{v or 1}" for v in before))  # scores without a version predate v2

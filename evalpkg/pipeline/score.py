@@ -17,6 +17,7 @@ from evalpkg.agent.trajectory import Trajectory
 from evalpkg.errors import DataError
 from evalpkg.pipeline.citations import unsupported_numbers
 from evalpkg.pipeline.comparator import COMPARATOR_VERSION, match, order_key_columns
+from evalpkg.pipeline.judge import Judge
 from evalpkg.sql.executor import QueryFailed, ReadOnlyExecutor, jsonable
 from evalpkg.sql.guard import SqlRefused
 from evalpkg.testset.models import ArgConstraint, Complexity, ExpectedToolCall, Language, Task, TaskType
@@ -53,6 +54,7 @@ class InstanceScore(BaseModel):
     order_ok: bool
     clarification_correct: bool
     answer_coverage: float | None
+    judged_text_coverage: float | None = None  # text points an LLM judge says are stated (--judge-endpoint)
     missed_points: list[int] = []  # indexes into the task's answer_points
     # defaults keep scores stored before these measures loadable
     numbers_stated: int = 0
@@ -302,8 +304,28 @@ def _first_attempt_correct(task: Task, traj: Trajectory, gold: GoldCache, execut
     )
 
 
+def judged_coverage(task: Task, answer: str, language: str, judge: Judge | None) -> float | None:
+    """Share of the task's text points the judge says the answer states; None without a judge, a text
+    point or any verdict. Kept apart from answer_coverage, which stays the offline, comparable score."""
+    if judge is None:
+        return None
+    lang = Language(language)
+    verdicts = [
+        judge.holds(answer, p.text.get(lang) or next(iter(p.text.values())), lang)
+        for p in task.answer_points
+        if p.kind == "text" and p.text
+    ]
+    judged = [v for v in verdicts if v is not None]
+    return sum(judged) / len(judged) if judged else None
+
+
 def score_instance(
-    task: Task, traj: Trajectory, repeat: int, gold: GoldCache, executor: ReadOnlyExecutor
+    task: Task,
+    traj: Trajectory,
+    repeat: int,
+    gold: GoldCache,
+    executor: ReadOnlyExecutor,
+    judge: Judge | None = None,
 ) -> InstanceScore:
     calls = traj.tool_calls()
     signature = Counter(
@@ -344,6 +366,7 @@ def score_instance(
         clarification_correct=clarification_correct,
         answer_coverage=coverage,
         missed_points=missed_points,
+        judged_text_coverage=judged_coverage(task, traj.final_answer, traj.language, judge),
         numbers_stated=stated,
         unsupported_numbers=unsupported,
         clarification_needed=task.type is TaskType.clarification,
