@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Collection
 from datetime import datetime
@@ -149,6 +150,18 @@ def _bigrams(text: str) -> set[str]:
     return {t[i : i + 2] for i in range(len(t) - 1)}
 
 
+def _cell(rows: list[list[Any]] | None, row: int | None, col: int | None) -> Any:
+    try:
+        return rows[row][col] if rows is not None and row is not None and col is not None else None
+    except IndexError:
+        return None
+
+
+def _normalized(text: str) -> str:
+    """NFKC, case-folded, without whitespace: full-width and spacing differences do not decide a name."""
+    return "".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
 def covers(answer: str, point: str) -> float:
     """Share of the point's character bigrams present in the answer: an offline, tokenizer-free
     measure that works for Chinese and English and does not punish longer answers."""
@@ -159,8 +172,10 @@ def covers(answer: str, point: str) -> float:
 def answer_coverage(
     task: Task, answer: str, gold_rows: list[list[Any]] | None, language: str, graded: Collection[int] | None = None
 ) -> tuple[float | None, list[int]]:
-    """Numbers exact within tolerance (percent and unit forms allowed); text by character n-gram
-    cosine similarity, which works offline and across zh/en tokenisation. A number point whose gold
+    """Numbers exact within tolerance (percent and unit forms allowed); entities (a named gold cell) by
+    the name appearing in the answer, NFKC- and case-normalized; text by character n-gram cosine
+    similarity, which works offline and across zh/en tokenisation (an LLM judge, when configured, is
+    recorded apart: judged_coverage). A number point whose gold
     cell is NULL or absent on this snapshot states nothing to check and is left out, and so is one in
     a column the variant does not ask for (graded: the gold columns it asks for; None: all). Returns the
     coverage and the indexes of the points the answer missed."""
@@ -168,7 +183,15 @@ def answer_coverage(
     unit = (task.result.unit or "").lower()
     scored, missed = 0, []
     for index, p in enumerate(task.answer_points):
-        if p.kind == "number":
+        if p.kind == "entity":
+            if graded is not None and p.col not in graded:
+                continue
+            name = _cell(gold_rows, p.row, p.col)
+            if name is None or not str(name).strip():
+                continue
+            scored += 1
+            hit = _normalized(str(name)) in _normalized(answer)
+        elif p.kind == "number":
             if graded is not None and p.col not in graded:
                 continue
             try:

@@ -105,7 +105,7 @@ def point_problems(task: Task, rows: Sequence[Row], probe: OrderProbe | None, pr
     that could stand at that position carries the same value."""
     problems = []
     for n, point in enumerate(task.answer_points):
-        if point.kind != "number" or point.row is None or point.col is None:
+        if point.kind == "text" or point.row is None or point.col is None:
             continue
         where = f"answer_points[{n}] (row {point.row}, col {point.col})"
         if point.row >= len(rows) or point.col >= len(rows[point.row]):

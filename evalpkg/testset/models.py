@@ -91,8 +91,9 @@ class ResultSpec(Strict):
 
 
 class AnswerPoint(Strict):
-    kind: Literal["number", "text"]
-    # number: a cell of the gold result (row, col); text: the idea in both languages
+    kind: Literal["number", "entity", "text"]
+    # number: a numeric cell of the gold result (row, col); entity: a named cell (a department, a
+    # diagnosis) the answer must name; text: the idea in both languages
     row: int | None = None
     col: int | None = None
     tolerance: float = Field(default=0.01, ge=0)
@@ -100,8 +101,8 @@ class AnswerPoint(Strict):
 
     @model_validator(mode="after")
     def _shape(self) -> AnswerPoint:
-        if self.kind == "number" and (self.row is None or self.col is None):
-            raise ValueError("a number answer point needs row and col of the gold result")
+        if self.kind in ("number", "entity") and (self.row is None or self.col is None):
+            raise ValueError(f"a {self.kind} answer point needs row and col of the gold result")
         if self.kind == "text" and not self.text:
             raise ValueError("a text answer point needs text in zh and en")
         return self
