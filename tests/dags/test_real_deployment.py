@@ -97,16 +97,24 @@ def _run_dag(d: Deployment, dag_id: str, conf: dict[str, Any], timeout_s: float)
         run: dict[str, Any] = d.api.get(f"/dags/{dag_id}/dagRuns/{run_id}").json()
         return run if run["state"] in ("success", "failed") else None
 
-    run = _wait(f"{dag_id} run {run_id}", deadline, finished, d)
-    tis = d.api.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 1000}).json()
-    run["task_instances"] = tis["task_instances"]
-    states = {(ti["task_id"], ti["map_index"]): ti["state"] for ti in run["task_instances"]}
-    assert run["state"] == "success", f"{states}\n{d.logs()}"
+    def task_instances() -> list[dict[str, Any]]:
+        response = d.api.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 1000})
+        return list(response.json()["task_instances"])
+
+    def states() -> dict[tuple[str, int], str]:
+        return {(ti["task_id"], ti["map_index"]): ti["state"] for ti in task_instances()}
+
+    try:
+        run = _wait(f"{dag_id} run {run_id}", deadline, finished, d)
+    except pytest.fail.Exception as exc:
+        raise AssertionError(f"{states()}\n{exc}") from None
+    run["task_instances"] = task_instances()
+    assert run["state"] == "success", f"{states()}\n{d.logs()}"
     return run
 
 
 def test_real_ehr_deid_sync_runs_under_the_scheduler(deployment: Deployment) -> None:
-    run = _run_dag(deployment, "ehr_deid_sync", {}, timeout_s=240)
+    run = _run_dag(deployment, "ehr_deid_sync", {}, timeout_s=600)
     task_ids = {ti["task_id"] for ti in run["task_instances"]}
     assert {"prepare", "source_freshness", "validate", "publish"} <= task_ids
     assert any(t.startswith("dbt.") for t in task_ids)
@@ -117,7 +125,7 @@ def test_real_agent_eval_maps_shards_on_the_gpu_pool_and_tracks(deployment: Depl
 
     from evalpkg.pipeline import store
 
-    run = _run_dag(deployment, "agent_eval", EVAL_CONF, timeout_s=180)
+    run = _run_dag(deployment, "agent_eval", EVAL_CONF, timeout_s=300)
     execute = [ti for ti in run["task_instances"] if ti["task_id"] == "execute"]
     assert sorted(ti["map_index"] for ti in execute) == [0, 1]
     assert all((ti["queue"], ti["pool"], ti["state"]) == ("gpu", "gpu", "success") for ti in execute), execute
