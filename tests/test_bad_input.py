@@ -401,7 +401,7 @@ def world(settings: Settings, synced: SyncReport, tmp_path_factory: pytest.TempP
     state.mkdir()
     mlflow = f"http://127.0.0.1:{free_port()}"
     cli = Settings(state_dir=state, pg_url=settings.admin_url, mlflow_uri=mlflow, tasks_dir=tasks)
-    small = {"testset_version": "v1", "limit": 1, "languages": ["zh"]}
+    small = {"testset_version": "v1", "limit": 1, "languages": ["zh"], "complexities": ["plain"]}
     names["run"] = run_all(cli, RunConfig(name="complete", **small), track=False)["run_id"]
     names["planned"] = plan_run(cli, RunConfig(name="planned", shards=2, **small))
     env = {
