@@ -70,6 +70,16 @@ class FakeEndpoint:
                 self.in_flight -= 1
 
 
+def send_json(handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
+    """One JSON response on a kept-alive connection."""
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 @contextmanager
 def serving(endpoint: FakeEndpoint) -> Iterator[str]:
     """The endpoint's base URL while it runs."""
@@ -78,13 +88,7 @@ def serving(endpoint: FakeEndpoint) -> Iterator[str]:
         protocol_version = "HTTP/1.1"  # keep-alive, so connection reuse shows
 
         def do_POST(self) -> None:
-            status, body = endpoint.handle(self)
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, *endpoint.handle(self))
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

@@ -21,7 +21,7 @@ from evalpkg.agent.user_sim import ScriptedUser
 from evalpkg.settings import get_settings
 from evalpkg.testset import release
 from evalpkg.testset.models import Language, Task
-from tests.agent.fake_endpoint import CLINICIAN_MARKERS, FakeEndpoint
+from tests.agent.fake_endpoint import CLINICIAN_MARKERS, FakeEndpoint, send_json
 
 VERSION = "0.0.0+gold-replay"
 CRASH_LINE = "RuntimeError: CUDA error: an illegal memory access was encountered"
@@ -102,12 +102,7 @@ def serve(endpoint: FakeEndpoint, host: str, port: int, served_name: str, health
         protocol_version = "HTTP/1.1"
 
         def _send(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, status, body)
 
         def do_GET(self) -> None:
             if not healthy:
