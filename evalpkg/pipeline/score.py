@@ -315,16 +315,33 @@ def execution_match(
     return status, False, rows_read, columns_read
 
 
-def _first_attempt_correct(task: Task, traj: Trajectory, gold: GoldCache, executor: ReadOnlyExecutor) -> bool | None:
-    """Time-series tasks: was the first execute_sql already right (seed: 时序查询首次正确率)?"""
+def _first_attempt_correct(
+    task: Task,
+    traj: Trajectory,
+    gold: GoldCache,
+    executor: ReadOnlyExecutor,
+    asked: list[str] | None,
+    final_matches: bool,
+) -> bool | None:
+    """Time-series tasks: was the first execute_sql already right (seed: 时序查询首次正确率)? The final
+    SQL's match is reused when the first query was also the last."""
     if task.type is not TaskType.time_series or not task.answerable:
         return None
     first = next((c for c in traj.tool_calls() if c.name == "execute_sql"), None)
-    sql = first.arguments.get("sql") if first is not None and isinstance(first.arguments, dict) else None
-    asked = asked_columns(task, traj.language, traj.complexity)
-    return bool(
-        first is not None and first.ok and isinstance(sql, str) and execution_match(task, sql, gold, executor, asked)[1]
-    )
+    if first is None or not first.ok:
+        return False
+    args = first.arguments
+    if isinstance(args, str):  # native tool calls carry their arguments as the JSON text the model wrote
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            return False
+    sql = args.get("sql") if isinstance(args, dict) else None
+    if not isinstance(sql, str):
+        return False
+    if sql == traj.final_sql:
+        return final_matches
+    return execution_match(task, sql, gold, executor, asked)[1]
 
 
 def judged_coverage(task: Task, answer: str, language: str, judge: Judge | None) -> float | None:
@@ -394,7 +411,7 @@ def score_instance(
         unsupported_numbers=unsupported,
         clarification_needed=task.type is TaskType.clarification,
         clarification_rounds=len(traj.clarifications),
-        first_attempt_correct=_first_attempt_correct(task, traj, gold, executor),
+        first_attempt_correct=_first_attempt_correct(task, traj, gold, executor, wanted, exec_match),
         declares_order=any(c.after for turn in task.turns for c in turn.expected_tool_calls),
         stop_reason=traj.stop_reason,
         latency_s=_latency_s(traj),

@@ -37,3 +37,48 @@ def test_answer_points_by_extraction(point: dict[str, Any], answer: str, expecte
 def test_an_entity_point_needs_its_cell() -> None:
     with pytest.raises(ValueError, match="entity answer point needs row and col"):
         Task.model_validate(task_dict() | {"answer_points": [{"kind": "entity", "row": 0}]})
+
+
+FIRST_ATTEMPTS = [
+    ('{"sql": "select 1"}', "select 1", True, True, "native arguments as JSON text: the first query is read"),
+    ({"sql": "select 1"}, "select 1", True, True, "arguments as a dict"),
+    ({"sql": "select 1"}, "select 1", False, False, "the first query was the final one: its match is reused"),
+    ("{not json", "select 1", True, False, "unreadable arguments: no first query to credit"),
+]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "final_sql", "final_matches", "expected", "reason"),
+    FIRST_ATTEMPTS,
+    ids=[f[-1] for f in FIRST_ATTEMPTS],
+)
+def test_first_attempt_on_time_series(
+    arguments: Any, final_sql: str, final_matches: bool, expected: bool, reason: str
+) -> None:
+    from evalpkg.agent.trajectory import Step, ToolCallRecord, Trajectory
+    from evalpkg.pipeline.score import _first_attempt_correct
+
+    call = ToolCallRecord(
+        call_id="c1",
+        name="execute_sql",
+        arguments=arguments,
+        ok=True,
+        result="{}",
+        result_sha256="",
+        started_at="t",
+        elapsed_ms=0,
+    )
+    traj = Trajectory(
+        instance_id="i",
+        task_id="t",
+        agent="a",
+        language="zh",
+        complexity="plain",
+        question="q",
+        started_at="t",
+        steps=[Step(index=0, started_at="t", ended_at="t", tool_calls=[call])],
+        final_sql=final_sql,
+    )
+    task = Task.model_validate(task_dict() | {"type": "time_series"})
+    # gold and executor are never reached: the first query is the final one, or there is none to run
+    assert _first_attempt_correct(task, traj, None, None, None, final_matches) is expected, reason  # type: ignore[arg-type]
