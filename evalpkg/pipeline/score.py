@@ -89,14 +89,23 @@ class GoldCache:
         return self._rows[sql]
 
 
-def _satisfies(args: Any, constraints: dict[str, ArgConstraint]) -> bool:
-    if not isinstance(args, dict):
+def _arguments(args: Any) -> dict[str, Any] | None:
+    """A call's arguments as a dict (native tool calls carry the JSON text the model wrote); None when
+    they are not a JSON object."""
+    if isinstance(args, str):
         try:
             args = json.loads(args)
-        except (json.JSONDecodeError, TypeError):
-            return not constraints
+        except json.JSONDecodeError:
+            return None
+    return args if isinstance(args, dict) else None
+
+
+def _satisfies(raw: Any, constraints: dict[str, ArgConstraint]) -> bool:
+    args = _arguments(raw)
+    if args is None:
+        return not constraints
     for name, c in constraints.items():
-        value = str(args.get(name, "") if isinstance(args, dict) else "").lower()
+        value = str(args.get(name, "")).lower()
         if c.equals is not None and value != c.equals.lower():
             return False
         if any(s.lower() not in value for s in c.contains_all):
@@ -330,13 +339,8 @@ def _first_attempt_correct(
     first = next((c for c in traj.tool_calls() if c.name == "execute_sql"), None)
     if first is None or not first.ok:
         return False
-    args = first.arguments
-    if isinstance(args, str):  # native tool calls carry their arguments as the JSON text the model wrote
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            return False
-    sql = args.get("sql") if isinstance(args, dict) else None
+    args = _arguments(first.arguments)
+    sql = args.get("sql") if args is not None else None
     if not isinstance(sql, str):
         return False
     if sql == traj.final_sql:
