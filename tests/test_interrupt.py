@@ -26,6 +26,7 @@ import pytest
 
 from evalpkg.db import connect
 from evalpkg.dburl import with_user
+from evalpkg.interrupts import held_interrupts
 from evalpkg.settings import AGENT_ROLE, EVAL_DB, PROD_DB, PROJECT_ROOT, SYNC_ROLE, Settings
 from evalpkg.sync.runner import SyncReport, run_sync
 from evalpkg.testset import release
@@ -450,3 +451,56 @@ def test_release_killed_before_marking_the_queue_is_not_released_twice(
     assert cmd.finish() == (0, ["nothing approved to release"])
     released_in_full(tasks_dir, version, len(base.tasks), candidates=3)
     assert release.versions(tasks_dir)[-1] == version
+
+
+# --- held_interrupts, in process -----------------------------------------------------------------
+
+
+class InterruptsWhileFinalized:
+    """Ctrl-C arriving while Python runs a finalizer, as GX's thread pools have them: Python drops
+    the KeyboardInterrupt raised there (and prints 'Exception ignored in ...')."""
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10_000):  # the handler runs here, inside the finalizer
+            pass
+
+
+def lose_a_ctrl_c() -> None:
+    InterruptsWhileFinalized()
+
+
+def test_a_ctrl_c_lost_in_a_finalizer_still_stops_before_the_commit_point(capfd: pytest.CaptureFixture[str]) -> None:
+    committed = False
+    with pytest.raises(KeyboardInterrupt), held_interrupts(lambda: False) as raise_if_interrupted:
+        lose_a_ctrl_c()
+        raise_if_interrupted()
+        committed = True
+    assert not committed
+    assert "Exception ignored" not in capfd.readouterr().err  # remembered, so no traceback for it
+
+
+def test_a_ctrl_c_lost_in_a_finalizer_is_raised_when_the_block_exits_at_the_latest() -> None:
+    with pytest.raises(KeyboardInterrupt) as raised, held_interrupts(lambda: False, "committed"):
+        lose_a_ctrl_c()
+    assert str(raised.value) == ""  # not past the commit point: it does not claim the change happened
+
+
+def test_a_held_ctrl_c_waits_for_the_commit_and_says_so() -> None:
+    done: list[str] = []
+    with pytest.raises(KeyboardInterrupt, match="committed"), held_interrupts(message="committed"):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        done.append("commit")
+    assert done == ["commit"]
+
+
+def test_a_ctrl_c_held_by_an_inner_block_goes_to_the_outer_one_which_may_hold_it_too() -> None:
+    entered = False
+    with pytest.raises(KeyboardInterrupt, match="published"), held_interrupts(lambda: entered, "published"):
+        entered = True
+        with held_interrupts():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        after_inner = True
+    assert after_inner

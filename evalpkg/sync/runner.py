@@ -13,6 +13,7 @@ from typing import Any
 from evalpkg.db import connect
 from evalpkg.errors import ConfigError
 from evalpkg.expectations import ValidationReport
+from evalpkg.interrupts import held_interrupts
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import EVAL_DB, Settings
 from evalpkg.sync import bootstrap, publish
@@ -76,17 +77,18 @@ def run_sync(
     validate: bool = True,
     progress: Progress = quiet,
 ) -> SyncReport:
-    published = False
+    publishing = False  # from the swap on, Ctrl-C waits: the swap commits, then the interrupt is reported
     try:
-        with publish.sync_lock(settings):
+        with publish.sync_lock(settings), held_interrupts(lambda: publishing, PUBLISHED) as raise_if_interrupted:
             report = _build_and_check(settings, full_refresh, validate, progress)
+            raise_if_interrupted()  # a Ctrl-C whose KeyboardInterrupt a library swallowed still stops here
+            publishing = True
             publish.publish(settings)
-            published = True
             publish.drop_replaced(settings)
     except KeyboardInterrupt as exc:
         if str(exc):
             raise
-        raise KeyboardInterrupt(PUBLISHED if published else NOT_PUBLISHED) from None
+        raise KeyboardInterrupt(NOT_PUBLISHED) from None
     return report
 
 
