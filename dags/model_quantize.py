@@ -1,5 +1,6 @@
 """Airflow DAG model_quantize: AWQ 4-bit quantization of a model directory on a GPU worker
-(autoawq, or llm-compressor's AWQ). Wiring only."""
+(llm-compressor's AWQ, or the deprecated autoawq), calibrated on the test set's questions, written
+with a manifest. Wiring only: evalpkg.serving.quantize does the work."""
 
 from __future__ import annotations
 
@@ -28,14 +29,18 @@ DEFAULT_ARGS = {
     params={
         "model_dir": Param("", type="string", minLength=1),
         "output_dir": Param("", type="string", minLength=1),
-        "method": Param("autoawq", type="string", enum=["autoawq", "llm-compressor"]),
+        "method": Param("llm-compressor", type="string", enum=["llm-compressor", "autoawq"]),
+        "testset_version": Param(None, type=["null", "string"], description="calibration set; empty: latest"),
+        "samples": Param(256, type="integer", minimum=1),
     },
 )
 def model_quantize() -> None:
     @task(pool="gpu", queue="gpu")
-    def quantize(params: dict[str, Any] | None = None) -> str:
+    def quantize(params: dict[str, Any] | None = None) -> dict[str, Any]:
         p = dict(params or {})
-        return orchestration.quantize(p["model_dir"], p["output_dir"], p["method"])
+        return orchestration.quantize(
+            p["model_dir"], p["output_dir"], p["method"], p.get("testset_version"), int(p["samples"])
+        )
 
     quantize()
 

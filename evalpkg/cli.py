@@ -159,6 +159,37 @@ def sync(
     _log(report.summary())
 
 
+class QuantizeMethod(StrEnum):
+    llm_compressor = "llm-compressor"
+    autoawq = "autoawq"
+
+
+@app.command()
+def quantize(
+    model_path: Annotated[str, typer.Option(help="the model directory to quantize (a config.json in it)")],
+    output: Annotated[str, typer.Option(help="where the checkpoint goes (must not exist, or be empty)")],
+    method: Annotated[QuantizeMethod, typer.Option(help="llm-compressor's AWQ, or autoawq (deprecated)")] = (
+        QuantizeMethod.llm_compressor
+    ),
+    testset: Annotated[str | None, typer.Option(help="calibrate on this test-set version (default: latest)")] = None,
+    samples: Annotated[int, typer.Option(min=1, help="calibration conversations")] = 256,
+    dry_run: Annotated[bool, typer.Option(help="check the inputs and print the manifest; needs no GPU")] = False,
+) -> None:
+    """AWQ 4-bit checkpoint for the vLLM workers, with a manifest (source, recipe, calibration hash)."""
+    from pathlib import Path
+
+    from evalpkg.serving import quantize as q
+
+    args = (Path(model_path), Path(output), method.value)
+    tasks_dir = get_settings().tasks_dir
+    if dry_run:
+        manifest, _ = q.plan(*args, tasks_dir, testset, samples)  # type: ignore[arg-type]
+        typer.echo(manifest.model_dump_json(indent=2))
+        return
+    done = q.quantize(*args, tasks_dir=tasks_dir, testset_version=testset, samples=samples, progress=_log)  # type: ignore[arg-type]
+    _log(f"wrote {output} ({done.output_digest}); manifest {q.MANIFEST}")
+
+
 def _fail(message: str, code: int) -> NoReturn:
     typer.echo(f"evalpkg: error: {one_line(message)}", err=True)
     sys.exit(code)

@@ -194,7 +194,22 @@ def testset_validate(version: str | None = None) -> str:
     return validate_or_raise(get_settings(), version).summary()
 
 
-def quantize(model_dir: str, output_dir: str, method: str = "autoawq") -> str:
+def quantize(
+    model_dir: str,
+    output_dir: str,
+    method: str = "llm-compressor",
+    testset_version: str | None = None,
+    samples: int = 256,
+) -> dict[str, Any]:
+    """The model_quantize task: the checkpoint and its manifest (what the task returns to XCom)."""
     from evalpkg.serving.quantize import quantize as run
 
-    return str(run(Path(model_dir), Path(output_dir), method))  # type: ignore[arg-type]
+    manifest = run(
+        Path(model_dir),
+        Path(output_dir),
+        method,  # type: ignore[arg-type]
+        tasks_dir=get_settings().tasks_dir,
+        testset_version=testset_version,
+        samples=samples,
+    )
+    return manifest.model_dump()

@@ -352,6 +352,19 @@ CASES = [
     bad("compare-first-run-unknown", "compare nope $run", 1, "run 'nope' not found"),
     bad("compare-with-a-run-not-executed", "compare $run $planned", 1, "not recorded"),
     bad("compare-missing-argument", "compare $run", 2, "Missing argument 'run_b'"),
+    # quantize ($model: a model directory with a config.json and nothing else)
+    bad("quantize-missing-model-path", "quantize --output $state/q", 2, "Missing option '--model-path'"),
+    bad("quantize-not-a-model-directory", "quantize --model-path $state --output $state/q", 1,
+        "--model-path: $state is not a model directory (no config.json)"),
+    bad("quantize-output-not-empty", "quantize --model-path $model --output $state", 1,
+        "--output: $state exists and is not an empty directory"),
+    bad("quantize-unknown-method", "quantize --model-path $model --output $state/q --method gptq", 2, "'--method'"),
+    bad("quantize-zero-samples", "quantize --model-path $model --output $state/q --samples 0", 2, "'--samples'"),
+    bad("quantize-more-samples-than-questions", "quantize --model-path $model --output $state/q --samples 99999", 1,
+        "--samples: 99999 is more than the"),
+    bad("quantize-unknown-testset", "quantize --model-path $model --output $state/q --testset v9", 1, "v9"),
+    bad("quantize-without-gpu-packages", "quantize --model-path $model --output $state/q", 1,
+        "quantize --method llm-compressor needs llmcompressor, torch, transformers and a CUDA GPU", subprocess=True),
 ]  # fmt: skip
 
 
@@ -399,6 +412,10 @@ def world(settings: Settings, synced: SyncReport, tmp_path_factory: pytest.TempP
     shutil.copy(PROJECT_ROOT / "tasks" / "CHANGELOG.md", tasks / "CHANGELOG.md")
     names = write_queue(tasks)
     state.mkdir()
+    model = root / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    names["model"] = str(model)
     mlflow = f"http://127.0.0.1:{free_port()}"
     cli = Settings(state_dir=state, pg_url=settings.admin_url, mlflow_uri=mlflow, tasks_dir=tasks)
     small = {"testset_version": "v1", "limit": 1, "languages": ["zh"], "complexities": ["plain"]}

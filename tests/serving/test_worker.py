@@ -120,14 +120,3 @@ def test_cpu_worker_runs_through_the_pipeline(synced: object, generated: object)
     assert traj.steps[0].prompt_tokens > 0  # a real model, with real usage counts
     scored = score_run(generated, run_id)
     assert len(scored.scores) == 1 and scored.validation.success
-
-
-def test_quantize_reports_what_it_needs(tmp_path: Path) -> None:
-    from evalpkg.serving.quantize import quantize
-
-    with pytest.raises(ConfigError, match="not a model directory"):
-        quantize(tmp_path, tmp_path / "out")
-    (tmp_path / "config.json").write_text("{}")
-    for method in ("autoawq", "llm-compressor"):
-        with pytest.raises(ConfigError, match=f"method {method} needs the {method} package"):
-            quantize(tmp_path, tmp_path / f"out-{method}", method)  # type: ignore[arg-type]
