@@ -17,7 +17,7 @@ import pytest
 from evalpkg.settings import PROJECT_ROOT, Settings
 from evalpkg.sync.runner import SyncReport
 
-DAGS = {"ehr_deid_sync", "agent_eval", "testset_refresh", "model_quantize"}
+DAGS = {"ehr_deid_sync", "agent_eval", "agent_eval_snapshot", "testset_refresh", "model_quantize"}
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +105,48 @@ def test_shards_run_on_the_gpu_queue_labelled_by_shard(dagbag: Any) -> None:
     execute = dagbag.get_dag("agent_eval").get_task("execute")
     assert (execute.pool, execute.queue) == ("gpu", "gpu")
     assert execute.map_index_template == "shard {{ task.op_kwargs['shard'] }}"
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "asset", "reason"),
+    [
+        ("agent_eval", "testset", "a new test-set release is evaluated with the form's defaults"),
+        ("ehr_deid_sync", None, "the sync is scheduled daily; it produces eval_db"),
+        ("agent_eval_snapshot", "eval_db", "every new snapshot is evaluated with the pinned configuration"),
+    ],
+)
+def test_what_schedules_each_dag(dagbag: Any, dag_id: str, asset: str | None, reason: str) -> None:
+    condition = getattr(dagbag.get_dag(dag_id).timetable, "asset_condition", None)
+    names = [a.name for a in condition.objects] if condition else None
+    assert names == ([asset] if asset else None), reason
+
+
+def test_the_snapshot_dag_runs_what_agent_eval_runs(dagbag: Any) -> None:
+    a, b = dagbag.get_dag("agent_eval"), dagbag.get_dag("agent_eval_snapshot")
+    assert {t.task_id: (t.pool, t.queue) for t in a.tasks} == {t.task_id: (t.pool, t.queue) for t in b.tasks}
+    assert "eval_db" in {o.name for o in dagbag.get_dag("ehr_deid_sync").get_task("publish").outlets}
+
+
+def test_agent_eval_snapshot_evaluates_the_pinned_configuration(dagbag: Any, generated: Settings) -> None:
+    from airflow.models import Variable  # the metadata DB's, which the task reads through the API
+
+    from evalpkg.pipeline import store
+
+    pinned = {"limit": 2, "languages": ["en"], "complexities": ["technical"], "name": "pinned-on-snapshot"}
+    Variable.set("agent_eval_pinned", pinned, serialize_json=True)
+    try:
+        run = dagbag.get_dag("agent_eval_snapshot").test(run_conf={"track": False, "limit": 1})
+    finally:
+        Variable.delete("agent_eval_pinned")
+    assert str(run.state) == "success"
+    with store.results_db(generated) as conn:
+        row = conn.execute(
+            "select r.run_id, count(s.*) from results.run r join results.score s using (run_id) "
+            "where r.name = 'pinned-on-snapshot' group by 1 order by max(r.created_at) desc limit 1"
+        ).fetchone()
+    assert row is not None and row[1] == 2  # the Variable's limit, not the form's
+    config, *_ = store.load_run(generated, row[0])
+    assert (config.languages, config.complexities) == (["en"], ["technical"])
 
 
 def test_agent_eval_runs_end_to_end_and_lands_in_mlflow(dagbag: Any, generated: Settings) -> None:
