@@ -37,6 +37,15 @@ def sync_freshness() -> None:
     run_dbt(get_settings(), "source freshness")
 
 
+def sync_unit_tests() -> list[str]:
+    """The dbt unit tests (de-identification on fixed rows), which Cosmos renders no task for; the
+    names of those that passed. They read the column types of their models' parents, so they run once
+    the dbt tasks have built staging."""
+    from evalpkg.sync.dbt import run_dbt
+
+    return [r.name for r in run_dbt(get_settings(), "test", "--select", "test_type:unit", build=True)]
+
+
 def sync_validate() -> str:
     """Statistics and the GX suite on the build, before anything is published."""
     from evalpkg.sync.dbt import BUILD_SUFFIX
@@ -58,7 +67,11 @@ def sync_publish() -> None:
 
 
 def dbt_env() -> dict[str, str]:
-    """The dbt tasks' profile: marts go to the build schemas that sync_publish swaps in."""
+    """The dbt tasks' profile: marts go to the build schemas that sync_publish swaps in. No
+    DBT_TARGET_PATH / DBT_LOG_PATH: Cosmos runs each dbt command (its `dbt ls` too) in a temporary
+    copy of the project that holds target/ and logs/, never the checkout, and reads its artifacts
+    (partial_parse.msgpack for its cache, compiled SQL) there; one shared path would also have
+    concurrent tasks overwrite each other's artifacts."""
     from evalpkg.sync.dbt import profile_env
 
     return profile_env(get_settings(), build=True)

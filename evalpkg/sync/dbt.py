@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from evalpkg.dburl import parts
@@ -55,10 +56,33 @@ def _profile_env(settings: Settings, build: bool) -> Iterator[None]:
                 os.environ[k] = v
 
 
+def target_dir(settings: Settings) -> Path:
+    """dbt's artifacts (manifest, run results, compiled SQL, partial_parse.msgpack): under the state
+    directory, never in the checkout (a read-only DAG bundle forbids writing there)."""
+    return settings.state_dir / "dbt" / "target"
+
+
+def log_dir(settings: Settings) -> Path:
+    """dbt.log: under the state directory, like target_dir."""
+    return settings.state_dir / "dbt" / "logs"
+
+
 def dbt_args(settings: Settings, command: str, *extra: str) -> list[str]:
     project = str(settings.dbt_project_dir)
-    # "source freshness" is a sub-command: its options go after both words
-    return [*command.split(), "--project-dir", project, "--profiles-dir", project, *extra]
+    # "source freshness" is a sub-command: its options go after both words. Every command evalpkg
+    # runs (parse, build, test, source freshness) takes --target-path and --log-path.
+    return [
+        *command.split(),
+        "--project-dir",
+        project,
+        "--profiles-dir",
+        project,
+        "--target-path",
+        str(target_dir(settings)),
+        "--log-path",
+        str(log_dir(settings)),
+        *extra,
+    ]
 
 
 def parse(settings: Settings, *, build: bool = False) -> Any:

@@ -6,6 +6,7 @@ from datetime import date, timedelta
 
 from evalpkg.db import connect
 from evalpkg.settings import EVAL_DB, PROD_DB, Settings
+from evalpkg.sync import dbt
 from evalpkg.sync.runner import SyncReport
 from tests.sync.helpers import MART_TABLES, current_key, pseudonym, shift_days
 
@@ -160,8 +161,8 @@ def test_key_never_travels_to_prod(synced: SyncReport, generated: Settings) -> N
 
 def test_key_never_reaches_dbt_artifacts(synced: SyncReport, generated: Settings) -> None:
     key_hex = current_key(generated).hex()
-    target = generated.dbt_project_dir / "target"
-    assert target.is_dir()
-    for path in target.rglob("*"):
+    target, logs = dbt.target_dir(generated), dbt.log_dir(generated)  # where the sync's dbt wrote
+    assert (target / "manifest.json").is_file() and (logs / "dbt.log").is_file()
+    for path in [*target.rglob("*"), *logs.rglob("*")]:
         if path.is_file() and path.suffix in {".sql", ".json", ".txt", ".log"}:
             assert key_hex not in path.read_text(errors="ignore"), path

@@ -1,0 +1,129 @@
+"""ehr_deid_sync's dbt tasks: the dbt unit tests run (Cosmos renders no task for them), every dbt
+invocation runs in the pool `dbt` that scripts/airflow creates, and no dbt invocation, evalpkg's or
+Cosmos', writes into the checkout (a read-only DAG bundle forbids it)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evalpkg.settings import PROJECT_ROOT, Settings
+from evalpkg.sync import dbt
+from tests.dags import test_dags
+
+# The same DagBag as test_dags.py: a migrated throwaway Airflow home, the test cluster's settings in
+# the environment (so orchestration's get_settings() reaches it), the cluster synced.
+dagbag = test_dags.dagbag
+
+DBT_POOL = "dbt"
+UNIT_TESTS = {  # dbt_project/models/staging/_staging__models.yml
+    "test_patient_deid_pseudonym_shift_birth_year_and_age_group",
+    "test_visits_take_pseudonyms_and_offset_from_visit_keys",
+}
+# the tasks outside the Cosmos group that invoke dbt (through evalpkg.sync.dbt.run_dbt)
+EVALPKG_DBT_TASKS = {"source_freshness", "unit_tests"}
+
+
+def _cosmos_tasks(dag: Any) -> list[Any]:
+    return [t for t in dag.tasks if t.task_id.startswith("dbt.")]
+
+
+def _unit_tests_have_a_task(dag: Any) -> None:
+    assert "unit_tests" in dag.task_ids
+    assert not [t for t in dag.task_ids if any(name in t for name in UNIT_TESTS)]  # Cosmos renders none
+
+
+def _unit_tests_follow_every_dbt_task(dag: Any) -> None:
+    upstream = dag.get_task("unit_tests").get_flat_relative_ids(upstream=True)
+    cosmos = {t.task_id for t in _cosmos_tasks(dag)}
+    assert len(cosmos) > 20 and not cosmos - upstream, sorted(cosmos - upstream)
+
+
+def _unit_tests_gate_validate_and_publish(dag: Any) -> None:
+    assert "unit_tests" in dag.get_task("validate").upstream_task_ids
+    assert "unit_tests" in dag.get_task("publish").get_flat_relative_ids(upstream=True)
+
+
+def _cosmos_test_tasks_leave_unit_tests_out(dag: Any) -> None:
+    tests = [t for t in _cosmos_tasks(dag) if type(t).__name__.startswith("DbtTest")]
+    assert len(tests) > 5
+    for t in tests:
+        assert "test_type:unit" in str(t.exclude).split(), (t.task_id, t.exclude)
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        pytest.param(_unit_tests_have_a_task, id="cosmos-renders-no-unit-test-so-a-task-runs-them"),
+        pytest.param(_unit_tests_follow_every_dbt_task, id="unit-tests-read-the-built-staging-relations"),
+        pytest.param(_unit_tests_gate_validate_and_publish, id="a-failing-unit-test-publishes-nothing"),
+        pytest.param(_cosmos_test_tasks_leave_unit_tests_out, id="unit-tests-run-once-not-again-in-cosmos-tasks"),
+    ],
+)
+def test_ehr_deid_sync_runs_the_dbt_unit_tests(dagbag: Any, check: Callable[[Any], None]) -> None:
+    check(dagbag.get_dag("ehr_deid_sync"))
+
+
+def test_every_dbt_invocation_runs_in_the_dbt_pool(dagbag: Any) -> None:
+    dag = dagbag.get_dag("ehr_deid_sync")
+    cosmos = {t.task_id for t in _cosmos_tasks(dag)}
+    assert all(type(t).__module__.startswith("cosmos.") for t in _cosmos_tasks(dag))
+    in_pool = {t.task_id for t in dag.tasks if t.pool == DBT_POOL}
+    assert in_pool == cosmos | EVALPKG_DBT_TASKS, sorted(in_pool ^ (cosmos | EVALPKG_DBT_TASKS))
+
+
+def test_scripts_airflow_creates_every_pool_the_dags_use(dagbag: Any) -> None:
+    """A task in a pool that does not exist is never scheduled: the local deployment creates them all."""
+    script = (PROJECT_ROOT / "scripts" / "airflow").read_text()
+    created = dict(re.findall(r'pools set (\w+) "\$\{AIRFLOW_\w+_SLOTS:-(\d+)\}"', script))
+    used = {t.pool for dag_id in dagbag.dag_ids for t in dagbag.get_dag(dag_id).tasks} - {"default_pool"}
+    assert DBT_POOL in used and used <= set(created), (used, created)
+    assert int(created[DBT_POOL]) > 1  # bounds dbt's parallelism, does not serialize it
+
+
+def _checkout_files() -> dict[str, tuple[int, int]]:
+    """(mtime, size) of everything dbt could write in the checkout: the project and ./logs."""
+    out = {}
+    for root in (PROJECT_ROOT / "dbt_project", PROJECT_ROOT / "logs"):
+        for path in [root, *root.rglob("*")] if root.exists() else []:
+            st = path.lstat()
+            out[str(path.relative_to(PROJECT_ROOT))] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def test_evalpkg_dbt_keeps_partial_parsing_under_the_state_dir(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path)  # dbt parse reads no database
+    before = _checkout_files()
+    dbt.parse(settings, build=True)
+    first = (dbt.log_dir(settings) / "dbt.log").read_text()
+    dbt.parse(settings, build=True)
+    second = (dbt.log_dir(settings) / "dbt.log").read_text()[len(first) :]
+    assert (dbt.target_dir(settings) / "partial_parse.msgpack").is_file()
+    assert "Starting full parse" in first
+    assert "Starting full parse" not in second and "Partial parsing enabled" in second
+    assert _checkout_files() == before
+
+
+def test_dag_tasks_pass_the_unit_tests_and_write_nothing_into_the_checkout(dagbag: Any, generated: Settings) -> None:
+    """The evalpkg tasks (source freshness, unit tests) and a Cosmos run and test task, for real; the
+    other tasks are marked successful without running (test_dags.py runs the whole DAG)."""
+    dag = dagbag.get_dag("ehr_deid_sync")
+    runs = {"source_freshness", "dbt.stg_his__patients.run", "dbt.stg_his__patients.test", "unit_tests"}
+    assert runs <= set(dag.task_ids)
+    log = dbt.log_dir(generated) / "dbt.log"
+    before, log_size = _checkout_files(), _size(log)
+    run = dag.test(mark_success_pattern="(?!(" + "|".join(re.escape(t) for t in runs) + ")$).*")  # fullmatch
+    assert str(run.state) == "success"
+    ran = {ti.task_id: ti for ti in run.get_task_instances() if ti.task_id in runs}
+    assert {t: str(ti.state) for t, ti in ran.items()} == dict.fromkeys(runs, "success")
+    assert set(ran["unit_tests"].xcom_pull(task_ids="unit_tests")) == UNIT_TESTS
+    assert _size(log) > log_size  # evalpkg's dbt logged under the state directory ...
+    assert _checkout_files() == before  # ... and neither it nor Cosmos wrote into the checkout
