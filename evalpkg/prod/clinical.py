@@ -150,7 +150,10 @@ def generate_labs(rng: np.random.Generator, pts: Patients, v: Visits, as_of: dat
         v.admitted[visit] + (rng.uniform(0.2, 3, n) * 3600).astype("timedelta64[s]"),
     )
     executed = sampled + (rng.uniform(0.3, 3, n) * 3600).astype("timedelta64[s]")
-    reported = executed + (rng.uniform(0.5, 30, n) * 3600).astype("timedelta64[s]")
+    # Most reports within a day; send-out tests (外送检验) 2-7 days after the sample was taken.
+    send_out = rng.random(n) < 0.08
+    report_h = np.where(send_out, rng.uniform(48, 168, n), rng.uniform(0.5, 30, n))
+    reported = executed + (report_h * 3600).astype("timedelta64[s]")
     end = np.datetime64(as_of, "s") + np.timedelta64(86399, "s")
     reported = np.where(reported > end, np.datetime64("NaT"), reported)
 
@@ -158,14 +161,21 @@ def generate_labs(rng: np.random.Generator, pts: Patients, v: Visits, as_of: dat
     unit = np.array([catalog[x]["unit"] for x in item], dtype=object)
     low = np.array([catalog[x]["low"] for x in item], dtype=float)
     high = np.array([catalog[x]["high"] for x in item], dtype=float)
-    # Older glucose results were reported in mg/dL; the unit column is the only hint.
+    # Glucose was reported in mg/dL until the switch, and results transcribed from outside reports
+    # still are; the unit column is the only hint (data dictionary, t_lab_result.unit).
     glu = catalog["GLU"]
-    legacy = (item == "GLU") & (sampled.astype("datetime64[D]") <= np.datetime64(glu["legacy_until"]))
+    before_switch = sampled.astype("datetime64[D]") <= np.datetime64(glu["legacy_until"])
+    outside = rng.random(n) < glu["outside_legacy_share"]
+    legacy = (item == "GLU") & (before_switch | outside)
     factor = glu["legacy_factor"]
     value = np.where(legacy, value * factor, value)
     low, high = np.where(legacy, low * factor, low), np.where(legacy, high * factor, high)
     unit[legacy] = glu["legacy_unit"]
     digits = np.where(legacy, 0, digits)
+    # A report is cancelled (作废) mostly because its result was wrong (a contaminated or mislabelled
+    # sample): its value stays in the row and is off, so counting it moves means and threshold counts.
+    cancelled = rng.random(n) < 0.04
+    value = np.where(cancelled, value * rng.choice(np.array([0.5, 1.6, 2.2]), n), value)
     value = np.round(value * 10.0**digits) / 10.0**digits
 
     ref_range = np.where(
@@ -185,7 +195,7 @@ def generate_labs(rng: np.random.Generator, pts: Patients, v: Visits, as_of: dat
         unit=unit,
         ref_range=ref_range,
         flag=flag,
-        cancelled=rng.random(n) < 0.015,
+        cancelled=cancelled,
         note=note,
         sampled=sampled,
         executed=executed,
@@ -252,6 +262,6 @@ def generate_orders(rng: np.random.Generator, pts: Patients, v: Visits) -> Order
         long_term=inpatient,
         start=start,
         stop=stop,
-        voided=rng.random(n) < 0.02,
+        voided=rng.random(n) < 0.04,
         deleted=v.deleted[visit] | (rng.random(n) < 0.01),
     )

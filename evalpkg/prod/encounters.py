@@ -98,7 +98,11 @@ def generate_visits(rng: np.random.Generator, pts: Patients, start: date, as_of:
 
     hour = np.where(inpatient, rng.uniform(0, 24, nv), np.clip(rng.normal(10, 2.2, nv), 7.5, 17.5))
     admitted = day.astype("datetime64[s]") + (hour * 3600).astype("timedelta64[s]")
+    # Registration (ghrq): outpatients on the day or booked 1-14 days ahead (预约挂号); inpatients when
+    # the admission notice is issued, hours before admission or days before when they wait for a bed.
     lead_h = np.where(inpatient, rng.uniform(1, 48, nv), rng.uniform(0.2, 3, nv))
+    booked = rng.random(nv) < np.where(inpatient, 0.3, 0.4)
+    lead_h = np.where(booked, rng.uniform(24, 14 * 24, nv), lead_h)
     registered = admitted - (lead_h * 3600).astype("timedelta64[s]")
     los_mean = np.where(age_at > 70, 9.5, 6.5)
     los = np.maximum(rng.lognormal(np.log(los_mean), 0.55, nv), 0.6)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import date
 
 import psycopg
 import pytest
@@ -71,15 +70,40 @@ def test_diabetics_have_diabetic_hba1c_and_treatment(prod: psycopg.Connection) -
     assert float(treated[0]) > 0.7 and float(treated[1]) < 0.1
 
 
-def test_glucose_units_switch_from_mg_dl_to_mmol_l(prod: psycopg.Connection) -> None:
+def test_glucose_units_follow_the_data_dictionary(prod: psycopg.Connection) -> None:
+    """mg/dL until 2021-06-30, mmol/L after, except results transcribed from outside reports, which
+    stay mg/dL in every year: the unit column decides, as t_lab_result.unit's dictionary entry says."""
     rows = prod.execute("""
-        select unit, min(cysj)::date, max(cysj)::date, avg(result_value) from his.t_lab_result
-        where xmdm = 'GLU' group by unit
+        select cysj >= '2021-07-01' as after, unit, count(*), avg(result_value) from his.t_lab_result
+        where xmdm = 'GLU' group by 1, 2
     """).fetchall()
-    by_unit = {u: (lo, hi, float(m)) for u, lo, hi, m in rows}
-    assert set(by_unit) == {"mg/dL", "mmol/L"}
-    assert by_unit["mg/dL"][1] <= date(2021, 6, 30) < by_unit["mmol/L"][0]
-    assert 0.75 < (by_unit["mg/dL"][2] / 18.0) / by_unit["mmol/L"][2] < 1.33  # same population
+    by = {(after, unit): (int(n), float(m)) for after, unit, n, m in rows}
+    assert set(by) == {(False, "mg/dL"), (True, "mg/dL"), (True, "mmol/L")}  # no mmol/L before the switch
+    after_mgdl, after_mmol = by[(True, "mg/dL")][0], by[(True, "mmol/L")][0]
+    assert 0.03 < after_mgdl / (after_mgdl + after_mmol) < 0.10
+    assert 0.75 < (by[(False, "mg/dL")][1] / 18.0) / by[(True, "mmol/L")][1] < 1.33  # same population
+    years = prod.execute(
+        "select count(distinct extract(year from cysj)), count(distinct extract(year from cysj)) "
+        "filter (where unit = 'mg/dL') from his.t_lab_result where xmdm = 'GLU'"
+    ).fetchone()
+    assert years is not None and years[0] == years[1] >= 6  # mg/dL in every year: a unit trap can bite in any
+    dictionary = prod.execute(
+        "select code_mapping from meta.data_dictionary where table_name = 't_lab_result' and column_name = 'unit'"
+    ).fetchone()
+    assert dictionary is not None and "外院报告" in dictionary[0] and "2021-06-30" in dictionary[0]
+
+
+def test_registration_and_report_times_differ_from_visit_and_sample_times(prod: psycopg.Connection) -> None:
+    """The time_semantics trap needs rows whose two time columns fall in different months."""
+    visits = prod.execute("""
+        select visit_type, avg((date_trunc('month', ghrq) <> date_trunc('month', ryrq))::int)
+        from his.t_zy_visit group by 1
+    """).fetchall()
+    assert all(0.05 < float(share) < 0.4 for _, share in visits), visits
+    labs = prod.execute(
+        "select avg((date_trunc('month', report_time) <> date_trunc('month', cysj))::int) from his.t_lab_result"
+    ).fetchone()
+    assert labs is not None and 0.02 < float(labs[0]) < 0.2
 
 
 def test_traps_exist(prod: psycopg.Connection) -> None:
