@@ -15,6 +15,11 @@ from evalpkg.prod.catalog import conditions
 
 STABLE_UNIT_LABS = ("HBA1C", "CREA", "K", "NA", "ALT", "WBC", "HGB", "LDLC", "TNI", "BNP")
 YEARS = tuple(range(2020, 2026))
+FASTING_GLUCOSE_CUTOFFS = ((5.6, 100), (6.1, 110), (7.0, 126))  # mmol/L, mg/dL
+# 2-hour (OGTT) and random-glucose cut-offs: older releases used them on fasting glucose. They still
+# render those releases' tasks; no new task is made with them.
+RETIRED_GLUCOSE_CUTOFFS = ((7.8, 140), (11.1, 200))
+RETIRED_GLUCOSE_WHY = "a 2-hour or random-glucose cut-off, not a fasting one (clinical review)"
 MONTH_EN = (
     "January",
     "February",
@@ -37,6 +42,7 @@ class Value:
 
     key: str
     obj: Any
+    retired: str = ""  # why no new task may use it (old releases keep rendering with it)
 
 
 def _month(year: int, month: int) -> SimpleNamespace:
@@ -94,7 +100,10 @@ def domains(conn: psycopg.Connection) -> dict[str, list[Value]]:
         "month": [Value(f"{y}-{m:02d}", _month(y, m)) for y in YEARS for m in range(1, 13)],
         "months_back": [Value(str(m), m) for m in (3, 6, 12)],
         "hba1c": [Value(str(t), t) for t in (6.5, 7.0, 7.5, 8.0, 9.0)],
-        "glucose": [Value(str(m), SimpleNamespace(mmol=m, mgdl=g)) for m, g in ((7.0, 126), (7.8, 140), (11.1, 200))],
+        # fasting cut-offs (GLU is fasting plasma glucose): 5.6 / 6.1 impaired fasting glucose (ADA / WHO,
+        # China), 7.0 diabetes; 7.8 and 11.1 are the 2-hour and random-glucose cut-offs, not fasting ones
+        "glucose": [Value(str(m), SimpleNamespace(mmol=m, mgdl=g)) for m, g in FASTING_GLUCOSE_CUTOFFS]
+        + [Value(str(m), SimpleNamespace(mmol=m, mgdl=g), RETIRED_GLUCOSE_WHY) for m, g in RETIRED_GLUCOSE_CUTOFFS],
         "age_group": [
             Value(c, SimpleNamespace(code=c, zh=zh, en=en))
             for c, zh, en in (
@@ -114,12 +123,13 @@ def domains(conn: psycopg.Connection) -> dict[str, list[Value]]:
 
 
 def combinations(domain: dict[str, list[Value]], names: list[str]) -> list[dict[str, Value]]:
-    """All assignments of the named parameters (dept and dept2 always differ)."""
+    """All assignments of the named parameters new tasks may use (dept and dept2 always differ; no
+    retired value)."""
     unknown = [n for n in names if n not in domain]
     if unknown:
         raise ConfigError(f"unknown template parameter(s): {', '.join(unknown)}")
     combos = []
-    for values in itertools.product(*(domain[n] for n in names)):
+    for values in itertools.product(*([v for v in domain[n] if not v.retired] for n in names)):
         combo = dict(zip(names, values, strict=True))
         if "dept" in combo and "dept2" in combo and combo["dept"].key == combo["dept2"].key:
             continue
