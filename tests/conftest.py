@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from evalpkg.db import connect
 from evalpkg.prod.generator import generate
-from evalpkg.services import postgres
+from evalpkg.services.stack import scratch_cluster
 from evalpkg.settings import PROD_DB, Settings
-from evalpkg.sync import bootstrap
 from evalpkg.sync.runner import SyncReport, run_sync
 
 TEST_PATIENTS = 2000
@@ -36,20 +33,8 @@ def make_state_dir() -> Path:
     return path
 
 
-@contextmanager
-def running_cluster() -> Iterator[Settings]:
-    """A new PostgreSQL cluster with the databases, roles and a random de-identification key."""
-    state = make_state_dir()
-    s = Settings(state_dir=state, pg_port=free_port(), mlflow_port=free_port())
-    postgres.init_cluster(s)
-    postgres.start(s)
-    try:
-        bootstrap.bootstrap_server(s)
-        bootstrap.set_key(s)
-        yield s
-    finally:
-        postgres.stop(s)
-        shutil.rmtree(state, ignore_errors=True)
+# A new PostgreSQL cluster with the databases, roles and a random de-identification key.
+running_cluster = scratch_cluster
 
 
 @pytest.fixture(scope="session")

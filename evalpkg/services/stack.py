@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from evalpkg.db import can_connect
 from evalpkg.progress import Progress
@@ -31,6 +37,27 @@ def up(settings: Settings, log: Progress) -> None:
     if settings.embedded_mlflow:
         mlflow_server.start(settings)
         log(f"MLflow up at {settings.tracking_uri}")
+
+
+@contextmanager
+def scratch_cluster(**settings: Any) -> Iterator[Settings]:
+    """A throwaway PostgreSQL cluster (its own state directory and free ports) with the databases,
+    roles and a random de-identification key; stopped and removed afterwards. For worlds that must
+    not touch the user's own cluster (tests, reference worlds)."""
+    from evalpkg.serving.worker import free_port
+
+    state = Path(tempfile.mkdtemp(prefix="evalpkg-scratch-"))
+    state.chmod(0o755)  # the 'postgres' user must reach it when this runs as root
+    s = Settings(state_dir=state, pg_port=free_port(), mlflow_port=free_port(), **settings)
+    postgres.init_cluster(s)
+    postgres.start(s)
+    try:
+        bootstrap.bootstrap_server(s)
+        bootstrap.set_key(s)
+        yield s
+    finally:
+        postgres.stop(s)
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def down(settings: Settings, log: Progress) -> None:
