@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from evalpkg.errors import UsageError
+from evalpkg.errors import DataError, UsageError
 from evalpkg.settings import Settings, get_settings
 
 app = typer.Typer(no_args_is_help=True, help="The benchmark test set (tasks/<version>/).")
@@ -31,16 +31,33 @@ def build(seed: Annotated[int, typer.Option(help="parameter sampling seed")] = 1
 def validate(
     version: Annotated[str | None, typer.Argument(help="e.g. v1; default: latest")] = None,
     findings: Annotated[bool, typer.Option(help="list every trap that does not bite and every failed premise")] = False,
+    reference_worlds: Annotated[
+        bool, typer.Option(help="validate in each reference world instead (scratch cluster; takes minutes)")
+    ] = False,
 ) -> None:
     """Schema, manifest, uniqueness, coverage, every gold SQL, trap mutations and premises on the current eval
-    snapshot (traps that do not bite and failed premises fail releases from v4 on; older ones report them)."""
-    from evalpkg.testset.validate import raise_on_problems
+    snapshot, where trap bites and premises are reported; with --reference-worlds, in the worlds a release
+    makes its claims for, where they fail releases from v4 on."""
+    from evalpkg.testset.validate import raise_on_problems, validate_reference
     from evalpkg.testset.validate import validate as run
 
-    report = run(get_settings(), version, progress=_log)
-    for line in report.findings() if findings else []:
-        typer.echo(line)
-    _log(raise_on_problems(report).summary())
+    settings = get_settings()
+    if not reference_worlds:
+        report = run(settings, version, progress=_log)
+        for line in report.findings() if findings else []:
+            typer.echo(line)
+        _log(raise_on_problems(report).summary())
+        return
+    reports = validate_reference(settings, version, progress=_log)
+    for world, report in reports:
+        for line in report.findings() if findings else []:
+            typer.echo(f"[{world.label()}] {line}")
+        _log(f"[{world.label()}] {report.summary()}")
+    if failed := [(w, r) for w, r in reports if r.problems]:
+        w, r = failed[0]
+        raise DataError(
+            f"{len(failed)} of {len(reports)} reference worlds have problems; first, in {w.label()}: {r.problems[0]}"
+        )
 
 
 @app.command()
@@ -87,6 +104,16 @@ def diff(a: str, b: str) -> None:
 def migrate(source: Annotated[str, typer.Option("--from", help="the latest release, e.g. v2")]) -> None:
     """Next release = SOURCE with each task's outputs and variant asks from its template (per-variant grading)."""
     from evalpkg.testset.migrate import migrate as run
+
+    rel, plan = run(get_settings(), source, progress=_log)
+    _log(f"released {rel.version}: {plan.summary()}")
+
+
+@app.command()
+def reselect(source: Annotated[str, typer.Option("--from", help="the latest release, e.g. v3")]) -> None:
+    """Next release = SOURCE with every trap biting and every premise holding in the reference worlds
+    (built in a scratch cluster; takes minutes): failing tasks get other parameters, tags or are dropped."""
+    from evalpkg.testset.reselect import reselect as run
 
     rel, plan = run(get_settings(), source, progress=_log)
     _log(f"released {rel.version}: {plan.summary()}")

@@ -246,6 +246,8 @@ CASES = [
     bad("diff-task-not-utf8", "testset diff v1 v1", 1, "not UTF-8 text", tasks=TASK_NOT_UTF8),
     bad("migrate-not-the-latest", "testset migrate --from v9", 1, "--from v9: migrate the latest release (v1)"),
     bad("migrate-missing-from", "testset migrate", 2, "Missing option '--from'"),
+    bad("reselect-not-the-latest", "testset reselect --from v9", 1, "--from v9: reselect from the latest release (v1)"),
+    bad("reselect-missing-from", "testset reselect", 2, "Missing option '--from'"),
     # testset refresh / review / release
     bad("refresh-month-13", "testset refresh --month 2026-13", 2, "--month: must be YYYY-MM"),
     bad("refresh-month-without-dash", "testset refresh --month 202610", 2, "got '202610'"),

@@ -160,7 +160,7 @@ def build(settings: Settings, *, seed: int = 1, progress: Progress = quiet) -> B
                     task = instantiate(t, combo, made + 1)
                 except (ValidationError, KeyError, AttributeError, IndexError) as exc:
                     raise ConfigError(f"template {t.id}: {str(exc).splitlines()[0]}") from exc
-                reason = _check(conn, task, seen, t.min_counts)
+                reason = check_gold(conn, task, seen, t.min_counts)
                 if reason:
                     report.skipped.setdefault(t.id, []).append(reason)
                     continue
@@ -175,7 +175,8 @@ def build(settings: Settings, *, seed: int = 1, progress: Progress = quiet) -> B
     return report
 
 
-def _check(conn: Any, task: Task, seen: set[str], min_counts: dict[str, int]) -> str | None:
+def check_gold(conn: Any, task: Task, seen: set[str], min_counts: dict[str, int]) -> str | None:
+    """Why a task made from a template cannot be used on this snapshot (None: it can)."""
     for sql in task.gold_sql:
         if not fingerprint.is_single_select(sql):
             return f"{task.id}: gold is not one read-only query"

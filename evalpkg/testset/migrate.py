@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import psycopg
 
@@ -68,7 +67,7 @@ def migrate(settings: Settings, source: str, *, progress: Progress = quiet) -> t
         raise DataError(f"{source}: nothing to migrate, every task already carries its outputs")
     target = release.next_version(tasks_dir)
     rel = release.write(tasks_dir, target, plan.tasks, snap, release.ChangeSet(changed=plan.changes))
-    _add_summary(tasks_dir, target, plan.summary())
+    release.add_changelog_summary(tasks_dir, target, plan.summary())
     return rel, plan
 
 
@@ -176,11 +175,3 @@ def _rewordings(before: list[Task], after: list[Task]) -> set[tuple[str, str, st
             "renders parameters differently from the release, so migrate cannot tell a rewording from drift"
         )
     return {k for k, seen in changed.items() if seen == {True}}
-
-
-def _add_summary(tasks_dir: Path, version: str, text: str) -> None:
-    """The why and the counts, as a paragraph under the version's heading (the per-task lines stay parseable)."""
-    path = tasks_dir / release.CHANGELOG
-    old = path.read_text(encoding="utf-8")
-    heading = next(line for line in old.splitlines() if line.startswith(f"## {version} "))
-    path.write_text(old.replace(heading + "\n", f"{heading}\n\n{text}\n", 1), encoding="utf-8")

@@ -2,7 +2,8 @@
 returns N rows, an asserted change is a change), and its answer can tell agents apart (not every number
 0, not the same answer as another task of its template).
 
-validate reports the findings for every release and fails them from traps.TRAP_BITE_REQUIRED_FROM on.
+validate reports the findings on any snapshot; in the reference worlds (testset.worlds) it fails them for
+releases from traps.TRAP_BITE_REQUIRED_FROM on.
 """
 
 from __future__ import annotations

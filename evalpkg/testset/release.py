@@ -244,3 +244,11 @@ def diff(a: Release, b: Release) -> ChangeSet:
             fields = [f for f in Task.model_fields if getattr(ta[tid], f) != getattr(tb[tid], f)]
             out.changed[tid] = "fields: " + ", ".join(fields)
     return out
+
+
+def add_changelog_summary(tasks_dir: Path, version: str, text: str) -> None:
+    """The why and the counts, as a paragraph under the version's heading (the per-task lines stay parseable)."""
+    path = tasks_dir / CHANGELOG
+    old = path.read_text(encoding="utf-8")
+    heading = next(line for line in old.splitlines() if line.startswith(f"## {version} "))
+    path.write_text(old.replace(heading + "\n", f"{heading}\n\n{text}\n", 1), encoding="utf-8")

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 TRAP_TAGS: Final = ("time_semantics", "null_semantics", "unit", "soft_delete", "dictionary_code")
 NON_TRAP_TAGS: Final = frozenset({"ambiguous", "unanswerable", "ratio", "ranking", "trend", "multi_table"})
-# v1..v3 are immutable old releases: validate reports their bite rates and premise findings without failing
-# them; from this release on a tagged trap that does not bite (or cannot be checked) fails validation.
+# From this release on, a tagged trap that does not bite (or cannot be checked) or a failed premise in a
+# reference world (testset.worlds) fails validation; v1..v3 are immutable and only report them.
 TRAP_BITE_REQUIRED_FROM: Final = "v4"
 
 # the column a careless agent reads instead (data dictionary, time_semantics): discharges by admission time,

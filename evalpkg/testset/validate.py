@@ -15,7 +15,7 @@ from evalpkg.settings import AGENT_ROLE, EVAL_DB, Settings
 from evalpkg.sql import fingerprint
 from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.sql.guard import SqlRefused
-from evalpkg.testset import determinism, premises, release, traps
+from evalpkg.testset import determinism, premises, release, traps, worlds
 from evalpkg.testset.gold import GOLD_TIMEOUT_MS, GoldError, agent_connection, run_gold, snapshot_version
 from evalpkg.testset.models import Difficulty, QuestionVariant, Task, TaskType
 
@@ -38,12 +38,13 @@ class TestsetReport:
     tabular: ValidationReport | None = None
     trap_outcomes: list[traps.Outcome] = field(default_factory=list)
     premise_findings: list[premises.Finding] = field(default_factory=list)
+    held: bool = False  # findings are problems: a reference world, and a release from TRAP_BITE_REQUIRED_FROM on
 
     def summary(self) -> str:
         state = "ok" if not self.problems else f"{len(self.problems)} problem(s)"
         gx = f"; {self.tabular.summary()}" if self.tabular else ""
         bites = ", ".join(f"{tag} {r.summary()}" for tag, r in traps.rates(self.trap_outcomes).items() if r.tasks)
-        held = "failing" if traps.required(self.version) else f"reported only, before {traps.TRAP_BITE_REQUIRED_FROM}"
+        held = "failing" if self.held else "reported only: releases are held to them in the reference worlds"
         return (
             f"test set {self.version}: {self.tasks} tasks, {self.gold_queries} gold queries executed on "
             f"snapshot {self.snapshot_version} ({self.nondeterministic_golds} nondeterministic, "
@@ -133,10 +134,14 @@ def validate(
     version: str | None = None,
     *,
     min_tasks: int = MIN_TASKS,
+    hold_findings: bool = False,
     progress: Progress = quiet,
 ) -> TestsetReport:
+    """Every check on the current snapshot. Trap bites and premises depend on the data: they are
+    problems only with ``hold_findings`` (a reference world) for a release from TRAP_BITE_REQUIRED_FROM
+    on, and reported otherwise."""
     rel = release.load(settings.tasks_dir, version)  # schema + manifest: raises on the first bad file
-    report = TestsetReport(rel.version, len(rel.tasks))
+    report = TestsetReport(rel.version, len(rel.tasks), held=hold_findings and traps.required(rel.version))
     report.problems += structural_problems(rel.tasks, min_tasks=min_tasks)
     report.tabular = validate_tabular(settings, rel.tasks)
     report.problems += [
@@ -163,9 +168,23 @@ def validate(
                 progress(f"checked {i}/{len(rel.tasks)} tasks")
     progress("running the trap mutations and premise checks")
     _, report.trap_outcomes, report.premise_findings = discrimination(settings, rel.tasks)
-    if traps.required(rel.version):  # v1..v3 are immutable: reported in the summary, never failed
+    if report.held:
         report.problems += report.findings()
     return report
+
+
+def validate_reference(
+    settings: Settings,
+    version: str | None = None,
+    *,
+    reference: tuple[worlds.World, ...] = worlds.WORLDS,
+    progress: Progress = quiet,
+) -> list[tuple[worlds.World, TestsetReport]]:
+    """validate in each reference world, findings held (from TRAP_BITE_REQUIRED_FROM on)."""
+    return [
+        (world, validate(scratch, version, hold_findings=True, progress=progress))
+        for world, scratch in worlds.build(reference, tasks_dir=settings.tasks_dir, progress=progress)
+    ]
 
 
 def discrimination(settings: Settings, tasks: list[Task]) -> tuple[str, list[traps.Outcome], list[premises.Finding]]:
@@ -173,14 +192,18 @@ def discrimination(settings: Settings, tasks: list[Task]) -> tuple[str, list[tra
     current eval snapshot."""
     with agent_connection(settings) as conn:  # ServiceError here, not one failure per task
         snapshot = snapshot_version(conn)
-    executor = _MemoExecutor(with_user(settings.db_url(EVAL_DB), AGENT_ROLE, settings.agent_password), GOLD_TIMEOUT_MS)
+    executor = gold_executor(settings)
     try:
         return snapshot, traps.measure(tasks, executor), premises.check(tasks, executor.run)
     finally:
         executor.close()
 
 
-class _MemoExecutor(ReadOnlyExecutor):
+def gold_executor(settings: Settings) -> MemoExecutor:
+    return MemoExecutor(with_user(settings.db_url(EVAL_DB), AGENT_ROLE, settings.agent_password), GOLD_TIMEOUT_MS)
+
+
+class MemoExecutor(ReadOnlyExecutor):
     """The agents' read-only path, every row, each statement run once (golds are re-read per mutation)."""
 
     def __init__(self, url: str, timeout_ms: int) -> None:

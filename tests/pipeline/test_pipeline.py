@@ -63,16 +63,17 @@ def _integer(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _reference_equal(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]], rel_tol: float) -> bool:
-    """A careful, independent reference: same column order (perturbations keep it), rows sorted,
-    integers exact, other numbers with the task's relative tolerance; NULL equals only NULL."""
+def _reference_equal(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]], rel_tol: float, ordered: bool) -> bool:
+    """A careful, independent reference: same column order (perturbations keep it), rows in order where
+    the task says order matters (a ranking asked as names only) and sorted otherwise, integers exact,
+    other numbers with the task's relative tolerance; NULL equals only NULL."""
 
     def key(row: tuple[Any, ...]) -> tuple[str, ...]:
         return tuple("" if v is None else f"{v}" for v in row)
 
     if len(a) != len(b):
         return False
-    for x, y in zip(sorted(a, key=key), sorted(b, key=key), strict=True):
+    for x, y in zip(a if ordered else sorted(a, key=key), b if ordered else sorted(b, key=key), strict=True):
         for u, v in zip(x, y, strict=True):
             if u is None or v is None or isinstance(u, str) or isinstance(v, str):
                 if str(u) != str(v):
@@ -110,8 +111,10 @@ def test_perturbation_agents_fail_exactly_where_they_should(synced: SyncReport, 
             asked = task.graded_columns(Language.zh, Complexity.plain)  # the plain variant is what runs
             perturbed = _asked(run_on(conn, changed, timeout_ms=GOLD_TIMEOUT_MS, row_cap=None), asked)
             golds = [_asked(run_on(conn, g, timeout_ms=GOLD_TIMEOUT_MS, row_cap=None), asked) for g in task.gold_sql]
-            tol = task.result.numeric_tolerance
-            if perturbed is None or not any(g is not None and _reference_equal(perturbed, g, tol) for g in golds):
+            tol, ordered = task.result.numeric_tolerance, task.result.order_matters
+            if perturbed is None or not any(
+                g is not None and _reference_equal(perturbed, g, tol, ordered) for g in golds
+            ):
                 expected_wrong.add(task.id)
     assert expected_wrong, f"{kind} changes no result: the perturbation is not testing anything"
     _, scored = run_agent(generated, f"perturb:{kind}", languages=["zh"], complexities=["plain"])
