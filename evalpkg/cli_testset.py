@@ -140,12 +140,22 @@ def review(
     reviewer: Annotated[str, typer.Option()] = "",
     role: Annotated[str, typer.Option(help="clinician, analyst or dba")] = "",
     note: Annotated[str, typer.Option()] = "",
+    arbitrate: Annotated[
+        str | None, typer.Option(help="a task the annotators disagreed on: record --outcome for it instead")
+    ] = None,
+    outcome: Annotated[
+        str | None, typer.Option(help="gold_upheld, gold_fixed, alternative_added, reworded or dropped")
+    ] = None,
 ) -> None:
-    """Record approve/reject decisions (with reviewer and role), or list the queue."""
+    """Record approve/reject decisions (with reviewer and role), or list the queue; with --arbitrate, the
+    outcome for a task the two annotators disagreed on."""
     from evalpkg.testset.refresh import load_queue
     from evalpkg.testset.refresh import review as record
 
     settings = get_settings()
+    if arbitrate is not None:
+        _arbitrate(settings, arbitrate, outcome, reviewer, note)
+        return
     if not ids:
         for _, c in load_queue(settings):
             typer.echo(f"{c.status:<9} {c.task.id:<32} {c.month}  {c.task.variants[0].text}")
@@ -157,6 +167,45 @@ def review(
     decision: Literal["approve", "reject"] = "approve" if approve else "reject"
     n = record(settings, ids, decision, reviewer, role, note)  # type: ignore[arg-type]
     _log(f"recorded {decision} for {n} candidate(s)")
+
+
+def _arbitrate(settings: Settings, task_id: str, outcome: str | None, reviewer: str, note: str) -> None:
+    from typing import get_args
+
+    from evalpkg.testset.annotate import Outcome, arbitrate
+
+    allowed = get_args(Outcome)
+    if outcome not in allowed:
+        raise UsageError(f"--outcome: must be one of {', '.join(allowed)}, got {outcome!r}")
+    if not reviewer:
+        raise UsageError("--reviewer: required to record a decision")
+    arbitrate(settings.tasks_dir, task_id, outcome, reviewer, note)  # type: ignore[arg-type]
+    _log(f"recorded {outcome} for {task_id}")
+
+
+@app.command()
+def annotate(
+    file: Annotated[str, typer.Option("--file", help="the second annotator's SQL (JSON, see testset/annotate.py)")],
+    version: Annotated[str | None, typer.Option(help="the release to compare with; default: latest")] = None,
+    findings: Annotated[bool, typer.Option(help="list every task the annotators disagree on")] = False,
+) -> None:
+    """Measure a second annotator's agreement with the gold on the snapshot (comparator, per non-technical
+    variant) and keep both under tasks/annotations/."""
+    from pathlib import Path
+
+    from evalpkg.testset.annotate import load_annotation, measure, save
+
+    settings = get_settings()
+    annotation = load_annotation(Path(file))
+    measured = measure(settings, annotation, version, progress=_log)
+    save(settings.tasks_dir, annotation, measured)
+    for t in measured.disagreements() if findings else []:
+        typer.echo(f"{t.task_id}: agreement {t.agreement:.2f}: {t.detail}")
+    n, bad = len(measured.tasks), len(measured.disagreements())
+    _log(
+        f"{annotation.annotator.id} on {measured.version}: {measured.overall():.1%} of {n} tasks agree on every "
+        f"non-technical variant; {bad} to arbitrate (`evalpkg testset review --arbitrate TASK --outcome ...`)"
+    )
 
 
 @app.command("release")

@@ -248,6 +248,12 @@ CASES = [
     bad("migrate-missing-from", "testset migrate", 2, "Missing option '--from'"),
     bad("reselect-not-the-latest", "testset reselect --from v9", 1, "--from v9: reselect from the latest release (v1)"),
     bad("reselect-missing-from", "testset reselect", 2, "Missing option '--from'"),
+    bad("annotate-missing-file", "testset annotate --file $state/none.json", 1, "$state/none.json: No such file"),
+    bad("annotate-missing-option", "testset annotate", 2, "Missing option '--file'"),
+    bad("arbitrate-unknown-outcome", "testset review --arbitrate st-x-001 --outcome maybe --reviewer a --note n", 2,
+        "--outcome: must be one of gold_upheld, gold_fixed"),
+    bad("arbitrate-no-disagreement", "testset review --arbitrate st-x-001 --outcome dropped --reviewer a --note n", 2,
+        "st-x-001 is not a task the annotators disagreed on"),
     # testset refresh / review / release
     bad("refresh-month-13", "testset refresh --month 2026-13", 2, "--month: must be YYYY-MM"),
     bad("refresh-month-without-dash", "testset refresh --month 202610", 2, "got '202610'"),

@@ -93,19 +93,19 @@ def load_templates(name: str = "templates_v1.json") -> TemplateFile:
         raise ConfigError(f"{name}: field {'.'.join(map(str, err['loc']))}: {err['msg']}") from exc
 
 
-def _render(value: Any, params: dict[str, Any]) -> Any:
+def render(value: Any, params: dict[str, Any]) -> Any:
     if isinstance(value, str):
         return value.format_map(params)
     if isinstance(value, list):
-        return [_render(v, params) for v in value]
+        return [render(v, params) for v in value]
     if isinstance(value, dict):
-        return {k: _render(v, params) for k, v in value.items()}
+        return {k: render(v, params) for k, v in value.items()}
     return value
 
 
 def instantiate(t: Template, combo: dict[str, Value], number: int) -> Task:
     params = {name: v.obj for name, v in combo.items()}
-    r = _render(t.model_dump(mode="json"), params)
+    r = render(t.model_dump(mode="json"), params)
     return Task(
         format_version=TASK_FORMAT_VERSION,
         id=f"{TYPE_PREFIX[t.type]}-{t.id}-{number:03d}",

@@ -1,0 +1,203 @@
+"""Double annotation, measured: a second annotator's SQL for each task, written from the colloquial and
+plain questions only (never the technical wording, never the gold). Agreement is computed, never typed
+in: both SQL run on the snapshot and the scorer's comparator decides, per non-technical variant, on the
+columns that variant is graded on. Disagreements go to arbitration, whose outcome is recorded with who
+decided and why.
+
+Files, beside the releases (tasks/annotations/):
+- `<annotator>.json`: the annotation (SQL per template with the template's parameter placeholders, or
+  per task), as the annotator handed it in;
+- `<annotator>.agreement.json`: the measured agreement per task, with the snapshot it was measured on;
+- `arbitration.json`: per disagreeing task, the outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from evalpkg.errors import DataError, UsageError
+from evalpkg.progress import Progress, quiet
+from evalpkg.settings import Settings
+from evalpkg.sql.executor import QueryFailed
+from evalpkg.sql.guard import SqlRefused
+from evalpkg.testset import release
+from evalpkg.testset.build import render
+from evalpkg.testset.gold import agent_connection, snapshot_version
+from evalpkg.testset.models import Annotator, Complexity, Task
+from evalpkg.testset.params import domains
+from evalpkg.testset.validate import gold_executor
+
+if TYPE_CHECKING:
+    from evalpkg.pipeline.score import GoldCache
+    from evalpkg.sql.executor import ReadOnlyExecutor
+
+ANNOTATIONS = "annotations"
+ARBITRATION = "arbitration.json"
+FORMAT_VERSION: Final = 1
+READ_FROM = (Complexity.colloquial, Complexity.plain)  # what the annotator saw
+Outcome = Literal["gold_upheld", "gold_fixed", "alternative_added", "reworded", "dropped"]
+
+
+class Written(BaseModel):
+    sql: str | None  # None: the annotator found the question unanswerable from the database
+    reading: str = ""  # how the annotator read the question
+
+
+class Annotation(BaseModel):
+    format_version: Literal[1] = FORMAT_VERSION
+    annotator: Annotator
+    written_from: str = "the colloquial and plain questions (zh, en) and the data dictionary"
+    templates: dict[str, Written] = {}  # template id -> SQL with the template's {param.field} placeholders
+    tasks: dict[str, Written] = {}  # task id -> SQL (ticket tasks, or where one task differs)
+
+
+class TaskAgreement(BaseModel):
+    task_id: str
+    agreement: float  # share of the non-technical variants on which both results match
+    detail: str  # what differed, or "match"
+
+
+class AgreementFile(BaseModel):
+    format_version: Literal[1] = FORMAT_VERSION
+    annotator: Annotator
+    version: str
+    snapshot_version: str
+    measured_at: str
+    tasks: list[TaskAgreement]
+
+    def overall(self) -> float:
+        return sum(t.agreement == 1.0 for t in self.tasks) / len(self.tasks) if self.tasks else 0.0
+
+    def disagreements(self) -> list[TaskAgreement]:
+        return [t for t in self.tasks if t.agreement < 1.0]
+
+
+class Decision(BaseModel):
+    outcome: Outcome
+    by: str
+    note: str
+    at: str
+
+
+def load_annotation(path: Path) -> Annotation:
+    try:
+        return Annotation.model_validate_json(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DataError(f"{path}: {exc.strerror}") from exc
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise DataError(f"{path}: field {'.'.join(map(str, err['loc'])) or '(file)'}: {err['msg']}") from exc
+
+
+def measure(
+    settings: Settings, annotation: Annotation, version: str | None = None, *, progress: Progress = quiet
+) -> AgreementFile:
+    """Run the annotator's SQL for every task of the release next to its gold and compare."""
+    from evalpkg.pipeline.score import GoldCache
+
+    rel = release.load(settings.tasks_dir, version)
+    with agent_connection(settings) as conn:
+        snap = snapshot_version(conn)
+        with conn.transaction():
+            domain = {name: {v.key: v.obj for v in values} for name, values in domains(conn).items()}
+    executor = gold_executor(settings)
+    results = []
+    try:
+        gold = GoldCache(executor)
+        for i, task in enumerate(rel.tasks, 1):
+            sql = _sql_for(task, annotation, domain)
+            results.append(_compare(task, sql, gold, executor))
+            if i % 50 == 0:
+                progress(f"compared {i}/{len(rel.tasks)} tasks")
+    finally:
+        executor.close()
+    return AgreementFile(
+        annotator=annotation.annotator,
+        version=rel.version,
+        snapshot_version=snap,
+        measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        tasks=results,
+    )
+
+
+def _sql_for(task: Task, annotation: Annotation, domain: dict[str, dict[str, object]]) -> Written | None:
+    """The annotator's SQL for this task (a template's, with the task's parameters filled in)."""
+    written = annotation.tasks.get(task.id) or annotation.templates.get(task.provenance.template_id or "")
+    if written is None or written.sql is None or task.id in annotation.tasks:
+        return written
+    params = {name: domain[name][key] for name, key in task.provenance.params.items()}
+    try:
+        return Written(sql=render(written.sql, params), reading=written.reading)
+    except (KeyError, AttributeError, IndexError, ValueError) as exc:
+        template = task.provenance.template_id
+        raise DataError(f"annotation of template {template}: placeholder {exc} is not a parameter field") from exc
+
+
+def _compare(task: Task, written: Written | None, gold: GoldCache, executor: ReadOnlyExecutor) -> TaskAgreement:
+    from evalpkg.pipeline.score import execution_match
+
+    if written is None:
+        return TaskAgreement(task_id=task.id, agreement=0.0, detail="not annotated")
+    if not task.gold_sql or written.sql is None:
+        same = not task.gold_sql and written.sql is None
+        detail = "match" if same else ("annotator: unanswerable" if task.gold_sql else "annotator wrote SQL")
+        return TaskAgreement(task_id=task.id, agreement=float(same), detail=detail)
+    variants = [v for v in task.variants if v.complexity in READ_FROM]
+    differing = []
+    for v in variants:
+        try:
+            asked = task.graded_columns(v.language, v.complexity)
+            status, ok, _, _ = execution_match(task, written.sql, gold, executor, asked)
+        except (QueryFailed, SqlRefused) as exc:
+            return TaskAgreement(task_id=task.id, agreement=0.0, detail=f"annotator SQL failed: {exc}")
+        if not ok:
+            differing.append(f"{v.language.value}/{v.complexity.value} ({status})")
+    share = 1 - len(differing) / len(variants)
+    detail = "differs for " + ", ".join(differing) if differing else "match"
+    return TaskAgreement(task_id=task.id, agreement=share, detail=detail)
+
+
+def save(tasks_dir: Path, annotation: Annotation, measured: AgreementFile) -> tuple[Path, Path]:
+    folder = tasks_dir / ANNOTATIONS
+    folder.mkdir(parents=True, exist_ok=True)
+    who = annotation.annotator.id
+    paths = folder / f"{who}.json", folder / f"{who}.agreement.json"
+    for path, model in zip(paths, (annotation, measured), strict=True):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(model.model_dump_json(indent=1) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    return paths
+
+
+def decisions(tasks_dir: Path) -> dict[str, Decision]:
+    path = tasks_dir / ANNOTATIONS / ARBITRATION
+    if not path.exists():
+        return {}
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    return {k: Decision.model_validate(v) for k, v in raw.items()}
+
+
+def arbitrate(tasks_dir: Path, task_id: str, outcome: Outcome, by: str, note: str) -> Decision:
+    """Record the outcome for a task the annotators disagreed on (it must be one)."""
+    disagreeing = {
+        t.task_id
+        for path in sorted((tasks_dir / ANNOTATIONS).glob("*.agreement.json"))
+        for t in AgreementFile.model_validate_json(path.read_text(encoding="utf-8")).disagreements()
+    }
+    if task_id not in disagreeing:
+        raise UsageError(f"--arbitrate: {task_id} is not a task the annotators disagreed on")
+    if not note.strip():
+        raise UsageError("--note: say why (arbitration is recorded with its reason)")
+    decision = Decision(outcome=outcome, by=by, note=note, at=datetime.now(UTC).isoformat(timespec="seconds"))
+    all_decisions = {**decisions(tasks_dir), task_id: decision}
+    path = tasks_dir / ANNOTATIONS / ARBITRATION
+    tmp = path.with_suffix(".tmp")
+    body = json.dumps({k: v.model_dump() for k, v in sorted(all_decisions.items())}, indent=1, ensure_ascii=False)
+    tmp.write_text(body + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return decision

@@ -1,0 +1,93 @@
+"""Double annotation: agreement is computed by running the second annotator's SQL next to the gold on
+the snapshot, per non-technical variant, with the scorer's comparator; arbitration is recorded only for
+tasks the annotators disagreed on, with who decided and why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evalpkg.errors import DataError, UsageError
+from evalpkg.settings import PROJECT_ROOT, Settings
+from evalpkg.sync.runner import SyncReport
+from evalpkg.testset import annotate, release
+from evalpkg.testset.annotate import Annotation, Written
+from evalpkg.testset.models import Annotator
+
+DISCHARGES = "select count(*) as discharges from emr.t_zy_visit where visit_type = 'ZY' and cyrq >= '{quarter.start}' and cyrq < '{quarter.end}'"
+ANNOTATOR = Annotator(role="analyst", id="analyst-2")
+
+# (template, what the annotator wrote, expected agreement, why)
+CASES = [
+    ("discharges_quarter", DISCHARGES, 1.0, "the same query: they agree"),
+    (
+        "discharges_quarter",
+        "select n as total_discharged from (select count(*) as n from emr.t_zy_visit where cyrq >= '{quarter.start}' and cyrq < '{quarter.end}' and visit_type = 'ZY') x",
+        1.0,
+        "written another way, same answer: the comparator's equality, not the text",
+    ),
+    ("discharges_quarter", DISCHARGES.replace("'ZY'", "'MZ'"), 0.0, "outpatient visits, not stays: a different answer"),
+    ("discharges_quarter", None, 0.0, "the annotator found an answerable question unanswerable"),
+    ("unanswerable_bmi", None, 1.0, "both find the question unanswerable"),
+    ("unanswerable_bmi", "select 1 as bmi", 0.0, "the annotator answered an unanswerable question"),
+]
+
+
+@pytest.fixture(scope="module")
+def v4_tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed v4's tasks of the two templates, as their own release."""
+    root = tmp_path_factory.mktemp("annotate")
+    tasks = [
+        t for t in release.load(PROJECT_ROOT / "tasks", "v4").tasks if t.provenance.template_id in {c[0] for c in CASES}
+    ]
+    release.write(root, "v1", tasks, "snap", release.ChangeSet(added={t.id: "test" for t in tasks}))
+    return root
+
+
+@pytest.mark.parametrize(("template", "sql", "expected", "why"), CASES, ids=[c[3] for c in CASES])
+def test_agreement_is_measured_on_the_snapshot(
+    synced: SyncReport, generated: Settings, v4_tasks: Path, template: str, sql: str | None, expected: float, why: str
+) -> None:
+    local = generated.model_copy(update={"tasks_dir": v4_tasks})
+    measured = annotate.measure(local, Annotation(annotator=ANNOTATOR, templates={template: Written(sql=sql)}))
+    mine = [t for t in measured.tasks if t.detail != "not annotated"]
+    assert mine and all(t.agreement == expected for t in mine), (why, mine[:2])
+    others = [t for t in measured.tasks if t.detail == "not annotated"]
+    assert all(t.agreement == 0.0 for t in others) and len(mine) + len(others) == len(measured.tasks)
+
+
+def test_a_placeholder_that_is_no_parameter_field_is_named(
+    synced: SyncReport, generated: Settings, v4_tasks: Path
+) -> None:
+    bad = Annotation(annotator=ANNOTATOR, templates={"discharges_quarter": Written(sql="select '{quarter.first_day}'")})
+    with pytest.raises(DataError, match=r"template discharges_quarter: placeholder .*first_day"):
+        annotate.measure(generated.model_copy(update={"tasks_dir": v4_tasks}), bad)
+
+
+def test_arbitration_is_for_disagreements_only_and_says_why(
+    synced: SyncReport, generated: Settings, v4_tasks: Path
+) -> None:
+    local = generated.model_copy(update={"tasks_dir": v4_tasks})
+    wrong = Annotation(
+        annotator=ANNOTATOR,
+        templates={
+            "discharges_quarter": Written(sql=DISCHARGES.replace("'ZY'", "'MZ'")),
+            "unanswerable_bmi": Written(sql=None),
+        },
+    )
+    measured = annotate.measure(local, wrong)
+    annotate.save(v4_tasks, wrong, measured)
+    disagreeing = measured.disagreements()[0].task_id
+    agreeing = next(t.task_id for t in measured.tasks if t.agreement == 1.0)
+    with pytest.raises(UsageError, match="not a task the annotators disagreed on"):
+        annotate.arbitrate(v4_tasks, agreeing, "gold_upheld", "clinician-1", "both right")
+    with pytest.raises(UsageError, match="say why"):
+        annotate.arbitrate(v4_tasks, disagreeing, "gold_upheld", "clinician-1", " ")
+    annotate.arbitrate(v4_tasks, disagreeing, "gold_upheld", "clinician-1", "the question asks for discharges")
+    [(task_id, decision)] = annotate.decisions(v4_tasks).items()
+    assert task_id == disagreeing and decision.outcome == "gold_upheld" and decision.by == "clinician-1"
+    stored = annotate.AgreementFile.model_validate_json(
+        (v4_tasks / "annotations" / "analyst-2.agreement.json").read_text()
+    )
+    assert stored.tasks == measured.tasks and stored.snapshot_version == measured.snapshot_version
