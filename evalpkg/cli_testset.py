@@ -85,6 +85,18 @@ def stats(version: Annotated[str | None, typer.Argument()] = None) -> None:
         typer.echo(f"  {tag:<16} {rate.summary():<24} {rate.tasks:>4}")
     by_check = Counter(f.check for f in findings)
     typer.echo(f"premise findings: {len(findings)}" + "".join(f", {k}={v}" for k, v in sorted(by_check.items())))
+    reviews = [t.review for t in rel.tasks]
+    two = [r for r in reviews if len({a.id for a in r.annotators}) >= 2]
+    if two:
+        full, mean = sum(r.agreement == 1.0 for r in two), sum(r.agreement for r in two) / len(two)
+        arbitrated = Counter((r.arbitration or "").split(" ", 1)[0] for r in two if r.arbitration)
+        typer.echo(
+            f"review: {len(two)} of {len(reviews)} tasks annotated twice; measured agreement before arbitration: "
+            f"{full} ({full / len(two):.1%}) agree on every non-technical variant, mean {mean:.3f}; arbitrated "
+            f"{sum(arbitrated.values())}: " + ", ".join(f"{k}={v}" for k, v in sorted(arbitrated.items()))
+        )
+    else:
+        typer.echo(f"review: no task annotated twice ({len(reviews)} with the generator's record only)")
 
 
 @app.command()
@@ -146,6 +158,7 @@ def review(
     outcome: Annotated[
         str | None, typer.Option(help="gold_upheld, gold_fixed, alternative_added, reworded or dropped")
     ] = None,
+    sql: Annotated[str | None, typer.Option(help="the new gold (gold_fixed) or the added one")] = None,
 ) -> None:
     """Record approve/reject decisions (with reviewer and role), or list the queue; with --arbitrate, the
     outcome for a task the two annotators disagreed on."""
@@ -154,7 +167,7 @@ def review(
 
     settings = get_settings()
     if arbitrate is not None:
-        _arbitrate(settings, arbitrate, outcome, reviewer, note)
+        _arbitrate(settings, arbitrate, outcome, reviewer, note, sql)
         return
     if not ids:
         for _, c in load_queue(settings):
@@ -169,7 +182,9 @@ def review(
     _log(f"recorded {decision} for {n} candidate(s)")
 
 
-def _arbitrate(settings: Settings, task_id: str, outcome: str | None, reviewer: str, note: str) -> None:
+def _arbitrate(
+    settings: Settings, task_id: str, outcome: str | None, reviewer: str, note: str, sql: str | None
+) -> None:
     from typing import get_args
 
     from evalpkg.testset.annotate import Outcome, arbitrate
@@ -179,8 +194,20 @@ def _arbitrate(settings: Settings, task_id: str, outcome: str | None, reviewer: 
         raise UsageError(f"--outcome: must be one of {', '.join(allowed)}, got {outcome!r}")
     if not reviewer:
         raise UsageError("--reviewer: required to record a decision")
-    arbitrate(settings.tasks_dir, task_id, outcome, reviewer, note)  # type: ignore[arg-type]
+    arbitrate(settings.tasks_dir, task_id, outcome, reviewer, note, sql)  # type: ignore[arg-type]
     _log(f"recorded {outcome} for {task_id}")
+
+
+@app.command()
+def adjudicate(
+    source: Annotated[str, typer.Option("--from", help="the latest release, annotated and arbitrated")],
+) -> None:
+    """Next release = SOURCE with each task's review record (both annotators, measured agreement,
+    arbitration) and the arbitrated golds applied."""
+    from evalpkg.testset.adjudicate import adjudicate as run
+
+    rel, plan = run(get_settings(), source, progress=_log)
+    _log(f"released {rel.version}: {plan.summary()}")
 
 
 @app.command()

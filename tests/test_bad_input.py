@@ -248,6 +248,8 @@ CASES = [
     bad("migrate-missing-from", "testset migrate", 2, "Missing option '--from'"),
     bad("reselect-not-the-latest", "testset reselect --from v9", 1, "--from v9: reselect from the latest release (v1)"),
     bad("reselect-missing-from", "testset reselect", 2, "Missing option '--from'"),
+    bad("adjudicate-not-the-latest", "testset adjudicate --from v9", 1, "--from v9: adjudicate the latest release (v1)"),
+    bad("adjudicate-before-annotation", "testset adjudicate --from v1", 1, "no second annotation of v1"),
     bad("annotate-missing-file", "testset annotate --file $state/none.json", 1, "$state/none.json: No such file"),
     bad("annotate-missing-option", "testset annotate", 2, "Missing option '--file'"),
     bad("arbitrate-unknown-outcome", "testset review --arbitrate st-x-001 --outcome maybe --reviewer a --note n", 2,

@@ -82,6 +82,7 @@ class Decision(BaseModel):
     by: str
     note: str
     at: str
+    sql: str | None = None  # gold_fixed: the new gold; alternative_added: the added one
 
 
 def load_annotation(path: Path) -> Annotation:
@@ -182,7 +183,7 @@ def decisions(tasks_dir: Path) -> dict[str, Decision]:
     return {k: Decision.model_validate(v) for k, v in raw.items()}
 
 
-def arbitrate(tasks_dir: Path, task_id: str, outcome: Outcome, by: str, note: str) -> Decision:
+def arbitrate(tasks_dir: Path, task_id: str, outcome: Outcome, by: str, note: str, sql: str | None = None) -> Decision:
     """Record the outcome for a task the annotators disagreed on (it must be one)."""
     disagreeing = {
         t.task_id
@@ -193,7 +194,10 @@ def arbitrate(tasks_dir: Path, task_id: str, outcome: Outcome, by: str, note: st
         raise UsageError(f"--arbitrate: {task_id} is not a task the annotators disagreed on")
     if not note.strip():
         raise UsageError("--note: say why (arbitration is recorded with its reason)")
-    decision = Decision(outcome=outcome, by=by, note=note, at=datetime.now(UTC).isoformat(timespec="seconds"))
+    if (outcome in ("gold_fixed", "alternative_added")) != bool(sql):
+        raise UsageError(f"--sql: required with {outcome}, and only with gold_fixed or alternative_added")
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    decision = Decision(outcome=outcome, by=by, note=note, at=at, sql=sql)
     all_decisions = {**decisions(tasks_dir), task_id: decision}
     path = tasks_dir / ANNOTATIONS / ARBITRATION
     tmp = path.with_suffix(".tmp")

@@ -91,3 +91,47 @@ def test_arbitration_is_for_disagreements_only_and_says_why(
         (v4_tasks / "annotations" / "analyst-2.agreement.json").read_text()
     )
     assert stored.tasks == measured.tasks and stored.snapshot_version == measured.snapshot_version
+
+
+def test_adjudication_records_both_annotators_and_applies_the_outcomes(
+    synced: SyncReport, generated: Settings, tmp_path: Path
+) -> None:
+    from evalpkg.testset.adjudicate import adjudicate
+    from evalpkg.testset.worlds import World
+
+    tasks = [
+        t for t in release.load(PROJECT_ROOT / "tasks", "v4").tasks if t.provenance.template_id in {c[0] for c in CASES}
+    ]
+    release.write(tmp_path, "v1", tasks, "snap", release.ChangeSet(added={t.id: "test" for t in tasks}))
+    local = generated.model_copy(update={"tasks_dir": tmp_path})
+    wrong = Annotation(
+        annotator=ANNOTATOR,
+        templates={
+            "discharges_quarter": Written(sql=DISCHARGES.replace("'ZY'", "'MZ'")),
+            "unanswerable_bmi": Written(sql=None),
+        },
+    )
+    measured = annotate.measure(local, wrong)
+    annotate.save(tmp_path, wrong, measured)
+    with pytest.raises(DataError, match=r"disagreement.* without an arbitration"):
+        adjudicate(local, "v1", reference=())
+    upheld, dropped, widened, *rest = [t.task_id for t in measured.disagreements()]
+    by_id = {t.id: t for t in tasks}
+    same = f"select discharges from ({by_id[widened].gold_sql[0]}) g"
+    annotate.arbitrate(tmp_path, upheld, "gold_upheld", "clinician-1", "discharges, not outpatient visits")
+    annotate.arbitrate(tmp_path, dropped, "dropped", "clinician-1", "too thin a quarter")
+    annotate.arbitrate(tmp_path, widened, "alternative_added", "clinician-1", "both readings", sql=same)
+    for task_id in rest:
+        annotate.arbitrate(tmp_path, task_id, "gold_upheld", "clinician-1", "discharges, not outpatient visits")
+
+    rel, plan = adjudicate(local, "v1", reference=(World(2000, 7, 0),))
+    out = rel.by_id()
+    assert dropped not in out and "too thin a quarter" in plan.changes.removed[dropped]
+    assert out[widened].gold_sql == [*by_id[widened].gold_sql, same]
+    agreement = {t.task_id: t.agreement for t in measured.tasks}
+    for task in out.values():
+        assert [a.id for a in task.review.annotators] == ["templates-v1", "analyst-2"], task.id
+        assert task.review.agreement == agreement[task.id] and task.review.status == "approved"
+        assert (task.review.arbitration is not None) == (agreement[task.id] < 1.0), task.id
+    assert out[upheld].review.arbitration == "gold_upheld by clinician-1: discharges, not outpatient visits"
+    assert "before arbitration" in (tmp_path / release.CHANGELOG).read_text(encoding="utf-8")
