@@ -210,11 +210,22 @@ def _settings_error(exc: ValidationError) -> str:
     return validation_message(exc, Settings, lambda name: f"EVALPKG_{name.upper()}")
 
 
+def _ignore_late_interrupts() -> None:
+    """The command is done: a Ctrl-C between here and the process's exit (interpreter shutdown, atexit
+    handlers) must not turn its outcome into a death by signal (exit -2, no message)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def main() -> None:
     from evalpkg.interrupts import INTERRUPTED_EXIT, Interrupted
 
     try:
         code = app(standalone_mode=False)  # returns the code of typer.Exit raised inside a command
+        _ignore_late_interrupts()
         if code == INTERRUPTED_EXIT:  # typer's answer to a KeyboardInterrupt no command turned into Interrupted
             raise Interrupted()
         if isinstance(code, int) and code:

@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -473,8 +474,12 @@ def in_process(args: list[str], env: Env, monkeypatch: pytest.MonkeyPatch, capsy
         monkeypatch.delenv(key, raising=False) if value is None else monkeypatch.setenv(key, value)
     monkeypatch.setattr(sys, "argv", ["evalpkg", *args])
     capsys.readouterr()
-    with pytest.raises(SystemExit) as stop:
-        main()
+    previous = signal.getsignal(signal.SIGINT)  # main() ignores Ctrl-C once a command is done
+    try:
+        with pytest.raises(SystemExit) as stop:
+            main()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     return stop.value.code, capsys.readouterr().err
 
 
