@@ -53,9 +53,7 @@ def adjudicate(
     progress: Progress = quiet,
 ) -> tuple[release.Release, Adjudication]:
     tasks_dir = settings.tasks_dir
-    if source != (latest := release.latest(tasks_dir)):
-        raise DataError(f"--from {source}: adjudicate the latest release ({latest})")
-    src = release.load(tasks_dir, source)
+    src = release.load_source(tasks_dir, source, "adjudicate")
     measured = _agreements(tasks_dir, source)
     decided = decisions(tasks_dir)
     by_task = {t.task_id: (f.annotator, t) for f in measured for t in f.tasks}

@@ -48,10 +48,7 @@ class Migration:
 
 def migrate(settings: Settings, source: str, *, progress: Progress = quiet) -> tuple[release.Release, Migration]:
     tasks_dir = settings.tasks_dir
-    latest = release.latest(tasks_dir)
-    if source != latest:
-        raise DataError(f"--from {source}: migrate the latest release ({latest}); an older one would undo later ones")
-    src = release.load(tasks_dir, source)
+    src = release.load_source(tasks_dir, source, "migrate")
     templates = {t.id: t for t in load_templates().templates}
     plan = Migration(source)
     with agent_connection(settings) as conn:

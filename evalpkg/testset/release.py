@@ -105,6 +105,13 @@ def read_manifest(path: Path) -> Manifest:
         raise DataError(f"{path}: field {loc}: {err['msg']}") from exc
 
 
+def load_source(tasks_dir: Path, source: str, action: str) -> Release:
+    """The release the next one is cut from: the latest (cutting from an older one would undo later ones)."""
+    if source != (newest := latest(tasks_dir)):
+        raise DataError(f"--from {source}: {action} the latest release ({newest}); an older one would undo later ones")
+    return load(tasks_dir, source)
+
+
 def load(tasks_dir: Path, version: str | None = None, *, verify: bool = True) -> Release:
     version = version or latest(tasks_dir)
     root = tasks_dir / version

@@ -17,7 +17,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from evalpkg.errors import DataError
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.testset import premises, release, traps, worlds
@@ -83,9 +82,7 @@ def reselect(
     progress: Progress = quiet,
 ) -> tuple[release.Release, Reselection]:
     tasks_dir = settings.tasks_dir
-    if source != (latest := release.latest(tasks_dir)):
-        raise DataError(f"--from {source}: reselect from the latest release ({latest})")
-    src = release.load(tasks_dir, source)
+    src = release.load_source(tasks_dir, source, "reselect from")
     with agent_connection(settings) as conn:
         snap = snapshot_version(conn)  # the user's snapshot, which the release notes name
     verdicts: dict[Key, Verdict] = {}

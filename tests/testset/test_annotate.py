@@ -13,7 +13,7 @@ from evalpkg.settings import PROJECT_ROOT, Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import annotate, release
 from evalpkg.testset.annotate import Annotation, Written
-from evalpkg.testset.models import Annotator
+from evalpkg.testset.models import Annotator, Task
 
 DISCHARGES = "select count(*) as discharges from emr.t_zy_visit where visit_type = 'ZY' and cyrq >= '{quarter.start}' and cyrq < '{quarter.end}'"
 ANNOTATOR = Annotator(role="analyst", id="analyst-2")
@@ -34,14 +34,18 @@ CASES = [
 ]
 
 
+def cases_release(root: Path) -> list[Task]:
+    """The committed v4's tasks of the two templates, written as release v1 under root."""
+    templates = {c[0] for c in CASES}
+    tasks = [t for t in release.load(PROJECT_ROOT / "tasks", "v4").tasks if t.provenance.template_id in templates]
+    release.write(root, "v1", tasks, "snap", release.ChangeSet(added={t.id: "test" for t in tasks}))
+    return tasks
+
+
 @pytest.fixture(scope="module")
 def v4_tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The committed v4's tasks of the two templates, as their own release."""
     root = tmp_path_factory.mktemp("annotate")
-    tasks = [
-        t for t in release.load(PROJECT_ROOT / "tasks", "v4").tasks if t.provenance.template_id in {c[0] for c in CASES}
-    ]
-    release.write(root, "v1", tasks, "snap", release.ChangeSet(added={t.id: "test" for t in tasks}))
+    cases_release(root)
     return root
 
 
@@ -99,10 +103,7 @@ def test_adjudication_records_both_annotators_and_applies_the_outcomes(
     from evalpkg.testset.adjudicate import adjudicate
     from evalpkg.testset.worlds import World
 
-    tasks = [
-        t for t in release.load(PROJECT_ROOT / "tasks", "v4").tasks if t.provenance.template_id in {c[0] for c in CASES}
-    ]
-    release.write(tmp_path, "v1", tasks, "snap", release.ChangeSet(added={t.id: "test" for t in tasks}))
+    tasks = cases_release(tmp_path)
     local = generated.model_copy(update={"tasks_dir": tmp_path})
     wrong = Annotation(
         annotator=ANNOTATOR,
