@@ -18,6 +18,15 @@ from evalpkg.testset.models import Annotator, Task
 DISCHARGES = "select count(*) as discharges from emr.t_zy_visit where visit_type = 'ZY' and cyrq >= '{quarter.start}' and cyrq < '{quarter.end}'"
 ANNOTATOR = Annotator(role="analyst", id="analyst-2")
 
+# outpatient visits where the gold counts stays; both agree the BMI question is unanswerable
+WRONG = Annotation(
+    annotator=ANNOTATOR,
+    templates={
+        "discharges_quarter": Written(sql=DISCHARGES.replace("'ZY'", "'MZ'")),
+        "unanswerable_bmi": Written(sql=None),
+    },
+)
+
 # (template, what the annotator wrote, expected agreement, why)
 CASES = [
     ("discharges_quarter", DISCHARGES, 1.0, "the same query: they agree"),
@@ -73,15 +82,8 @@ def test_arbitration_is_for_disagreements_only_and_says_why(
     synced: SyncReport, generated: Settings, v4_tasks: Path
 ) -> None:
     local = generated.model_copy(update={"tasks_dir": v4_tasks})
-    wrong = Annotation(
-        annotator=ANNOTATOR,
-        templates={
-            "discharges_quarter": Written(sql=DISCHARGES.replace("'ZY'", "'MZ'")),
-            "unanswerable_bmi": Written(sql=None),
-        },
-    )
-    measured = annotate.measure(local, wrong)
-    annotate.save(v4_tasks, wrong, measured)
+    measured = annotate.measure(local, WRONG)
+    annotate.save(v4_tasks, WRONG, measured)
     disagreeing = measured.disagreements()[0].task_id
     agreeing = next(t.task_id for t in measured.tasks if t.agreement == 1.0)
     with pytest.raises(UsageError, match="not a task the annotators disagreed on"):
@@ -105,15 +107,8 @@ def test_adjudication_records_both_annotators_and_applies_the_outcomes(
 
     tasks = cases_release(tmp_path)
     local = generated.model_copy(update={"tasks_dir": tmp_path})
-    wrong = Annotation(
-        annotator=ANNOTATOR,
-        templates={
-            "discharges_quarter": Written(sql=DISCHARGES.replace("'ZY'", "'MZ'")),
-            "unanswerable_bmi": Written(sql=None),
-        },
-    )
-    measured = annotate.measure(local, wrong)
-    annotate.save(tmp_path, wrong, measured)
+    measured = annotate.measure(local, WRONG)
+    annotate.save(tmp_path, WRONG, measured)
     with pytest.raises(DataError, match=r"disagreement.* without an arbitration"):
         adjudicate(local, "v1", reference=())
     upheld, dropped, widened, *rest = [t.task_id for t in measured.disagreements()]
