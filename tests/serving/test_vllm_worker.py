@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -156,11 +159,30 @@ def test_a_server_that_ignores_sigterm_is_killed_after_the_grace(
 ) -> None:
     monkeypatch.setenv("FAKE_VLLM_IGNORE_SIGTERM", "1")
     spec = spec_for(RunConfig(worker="vllm", model_path=str(model_dir)))
+    # what stop() does, in order: each signal to the group and each wait, with when and how long
+    steps: list[tuple[str, float, float | None]] = []
+    killpg, wait = os.killpg, subprocess.Popen.wait
+
+    def record_kill(pgid: int, sig: int) -> None:
+        steps.append((signal.Signals(sig).name, time.monotonic(), None))
+        killpg(pgid, sig)
+
+    def record_wait(proc: subprocess.Popen[bytes], timeout: float | None = None) -> int:
+        steps.append(("wait", time.monotonic(), timeout))
+        return wait(proc, timeout)
+
     with running(spec, tmp_path / "w.log", deadline_s=60, grace_s=1.5) as worker:
-        t0 = time.monotonic()
-    elapsed = time.monotonic() - t0
+        monkeypatch.setattr(os, "killpg", record_kill)
+        monkeypatch.setattr(subprocess.Popen, "wait", record_wait)
     assert worker.proc.returncode == -9, worker.proc.returncode  # SIGKILL, once the grace was over
-    assert 1.4 < elapsed < 15, elapsed
+    # SIGTERM, then a wait bounded by the grace (ignored: it runs out), then SIGKILL and a wait that reaps it
+    assert [(name, timeout) for name, _, timeout in steps] == [
+        ("SIGTERM", None),
+        ("wait", 1.5),
+        ("SIGKILL", None),
+        ("wait", 10),
+    ], steps
+    assert steps[2][1] - steps[0][1] > 1.4, steps  # the grace was given in full before the kill
     assert not _listening(spec.port)
 
 
