@@ -20,6 +20,7 @@ from evalpkg.sync.dbt import BUILD_SUFFIX
 OLD_SUFFIX = "__old"  # the snapshot just replaced, dropped right after (or by the next sync)
 LOCK_KEY = 7_150_201  # pg advisory lock: one `evalpkg sync` at a time on a server
 LOCK_WAIT = "60s"  # how long clean-up waits for a session still using a stale schema
+PUBLISHED = "the new snapshot was published before the interrupt took effect"  # a Ctrl-C held over the swap
 
 
 def build(schema: str) -> str:
@@ -99,7 +100,7 @@ def publish(settings: Settings) -> None:
     """Swap the build in, in one transaction: agents see the previous snapshot or the new one, never
     a mix. Ctrl-C during the swap waits for it to commit."""
     with (
-        held_interrupts(message="the new snapshot was published before the interrupt took effect"),
+        held_interrupts(message=PUBLISHED),
         connect(settings.db_url(EVAL_DB), autocommit=False) as conn,
     ):
         missing = [build(s) for s in MART_SCHEMAS if not _exists(conn, build(s))]

@@ -18,11 +18,11 @@ from evalpkg.progress import Progress, quiet
 from evalpkg.settings import EVAL_DB, Settings
 from evalpkg.sync import bootstrap, publish
 from evalpkg.sync.dbt import BUILD_SUFFIX, NodeResult, incremental_models, parse, run_dbt
+from evalpkg.sync.publish import PUBLISHED
 from evalpkg.sync.validate import validate_eval_db
 
 EVAL_TABLES = ("t_patient_info", "t_zy_visit", "t_diag_record", "t_lab_result", "t_med_order")
 NOT_PUBLISHED = "nothing was published; the eval DB keeps its previous snapshot"
-PUBLISHED = "the new snapshot was published before the interrupt took effect"
 
 
 @dataclass
