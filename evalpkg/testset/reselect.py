@@ -22,7 +22,7 @@ from evalpkg.settings import Settings
 from evalpkg.testset import premises, release, traps, worlds
 from evalpkg.testset.build import check_gold, instantiate, load_templates
 from evalpkg.testset.gold import agent_connection, snapshot_version
-from evalpkg.testset.params import combinations, domains
+from evalpkg.testset.params import Value, combinations, domains
 from evalpkg.testset.validate import gold_executor
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ class Candidate:
     params: tuple[tuple[str, str], ...]
     task: Task
     previous: Task | None  # the source release's task with these parameters
+    retired: str = ""  # why its parameters may no longer be used (params.Value.retired): never chosen
 
     @property
     def key(self) -> Key:
@@ -104,23 +105,33 @@ def reselect(
 
 
 def _candidates(scratch: Settings, tasks: list[Task]) -> dict[str, list[Candidate]]:
-    """Per template: its current tasks' parameters first, then other choices in a fixed order; per
-    ticket task: itself. Parameters the template no longer offers are not candidates."""
+    """Per template: its current tasks' parameters first (a retired value marks one unusable, with the
+    reason), then other choices in a fixed order; per ticket task: itself."""
     with agent_connection(scratch) as conn, conn.transaction():
         domain = domains(conn)
+    every = {name: {v.key: v for v in values} for name, values in domain.items()}  # retired values too
     groups: dict[str, list[Candidate]] = {}
     for t in load_templates().templates:
         current = {_params(task): task for task in tasks if task.provenance.template_id == t.id}
         combos = combinations(domain, t.params)
         random.Random(f"reselect:{t.id}").shuffle(combos)
         by_params = {tuple(sorted((k, v.key) for k, v in c.items())): c for c in combos}
+        for p in current:
+            if p not in by_params and all(key in every.get(name, {}) for name, key in p):
+                by_params[p] = {name: every[name][key] for name, key in p}
         order = [p for p in by_params if p in current] + [p for p in by_params if p not in current]
         order = order[: len(current) + CANDIDATES_PER_TEMPLATE]
-        groups[t.id] = [Candidate(t.id, p, instantiate(t, by_params[p], 0), current.get(p)) for p in order]
+        groups[t.id] = [
+            Candidate(t.id, p, instantiate(t, by_params[p], 0), current.get(p), _retired(by_params[p])) for p in order
+        ]
     for task in tasks:
         if task.provenance.source == "ticket":
             groups[task.id] = [Candidate(task.id, (), task, task)]
     return groups
+
+
+def _retired(combo: dict[str, Value]) -> str:
+    return "; ".join(f"retired parameter {name}={v.key}: {v.retired}" for name, v in combo.items() if v.retired)
 
 
 def _params(task: Task) -> tuple[tuple[str, str], ...]:
@@ -135,7 +146,7 @@ def _check_world(
     try:
         with agent_connection(scratch) as conn:
             for c in candidates:
-                v = verdicts.setdefault(c.key, Verdict())
+                v = verdicts.setdefault(c.key, Verdict(failures=[c.retired] if c.retired else []))
                 if v.failures:
                     continue  # out already; a missed trap is still counted (its tag may be dropped)
                 min_counts = templates[c.group].min_counts if c.group in templates else {}
@@ -221,7 +232,7 @@ def _repeats(c: Candidate, chosen: list[Candidate], verdicts: dict[Key, Verdict]
 
 def _why_not(c: Candidate | None, verdicts: dict[Key, Verdict], n_worlds: int) -> str:
     if c is None:
-        return "its parameters are no longer offered by the template (clinical review of the glucose cut-offs)"
+        return "its parameters are not in the template's domain on this snapshot"
     v = verdicts[c.key]
     if v.failures:
         return v.failures[0]

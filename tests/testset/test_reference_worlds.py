@@ -68,7 +68,11 @@ def test_reselect_keeps_what_holds_and_replaces_the_rest_with_reasons(
     new = [t for t in rel.tasks if t.id not in before]
     assert new and all(_number(t) > max(_number(b) for b in before.values() if _family(b) == _family(t)) for t in new)
     retired = [t for t in before.values() if t.provenance.params.get("glucose") in ("7.8", "11.1")]
-    assert retired and all("no longer offered" in plan.changes.removed[t.id] for t in retired)
+    assert retired and all(
+        f"retired parameter glucose={t.provenance.params['glucose']}: a 2-hour or random-glucose cut-off, not a "
+        "fasting one" in plan.changes.removed[t.id]
+        for t in retired
+    )
     assert set(plan.changes.removed) == set(before) - {t.id for t in kept}  # every dropped task has a reason
     for task_id, why in plan.changes.changed.items():  # a kept task that lost a tag says which and why
         assert "did not bite" in why and "tag dropped" in why, task_id
