@@ -29,7 +29,7 @@ from evalpkg.testset import release
 from evalpkg.testset.build import render
 from evalpkg.testset.gold import agent_connection, snapshot_version
 from evalpkg.testset.models import Annotator, Complexity, Task
-from evalpkg.testset.params import domains
+from evalpkg.testset.params import Value, chosen, domains
 from evalpkg.testset.validate import gold_executor
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def measure(
     with agent_connection(settings) as conn:
         snap = snapshot_version(conn)
         with conn.transaction():
-            domain = {name: {v.key: v.obj for v in values} for name, values in domains(conn).items()}
+            domain = domains(conn)
     executor = gold_executor(settings)
     results = []
     try:
@@ -126,12 +126,15 @@ def measure(
     )
 
 
-def _sql_for(task: Task, annotation: Annotation, domain: dict[str, dict[str, object]]) -> Written | None:
+def _sql_for(task: Task, annotation: Annotation, domain: dict[str, list[Value]]) -> Written | None:
     """The annotator's SQL for this task (a template's, with the task's parameters filled in)."""
     written = annotation.tasks.get(task.id) or annotation.templates.get(task.provenance.template_id or "")
     if written is None or written.sql is None or task.id in annotation.tasks:
         return written
-    params = {name: domain[name][key] for name, key in task.provenance.params.items()}
+    try:
+        params = {name: v.obj for name, v in chosen(domain, task.provenance.params).items()}
+    except DataError as exc:
+        raise DataError(f"{task.id}: {exc}") from None
     try:
         return Written(sql=render(written.sql, params), reading=written.reading)
     except (KeyError, AttributeError, IndexError, ValueError) as exc:

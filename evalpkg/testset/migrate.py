@@ -17,7 +17,7 @@ from evalpkg.testset import release
 from evalpkg.testset.build import Template, instantiate, load_templates
 from evalpkg.testset.gold import GoldError, agent_connection, snapshot_version
 from evalpkg.testset.models import TASK_FORMAT_VERSION, Language, Output, QuestionVariant, Task
-from evalpkg.testset.params import Value, domains
+from evalpkg.testset.params import Value, chosen, domains
 from evalpkg.testset.validate import gold_columns, output_problems
 
 
@@ -104,12 +104,10 @@ def _template_outputs(
     t = templates.get(task.provenance.template_id or "")
     if t is None:
         raise DataError(f"{task.id}: template {task.provenance.template_id!r} is not in the templates")
-    combo = {}
-    for name, key in task.provenance.params.items():
-        value = next((v for v in domain.get(name, []) if v.key == key), None)
-        if value is None:
-            raise DataError(f"{task.id}: parameter {name}={key!r} is not in this eval DB")
-        combo[name] = value
+    try:
+        combo = chosen(domain, task.provenance.params)
+    except DataError as exc:
+        raise DataError(f"{task.id}: {exc}") from None
     fresh = instantiate(t, combo, int(task.id.rsplit("-", 1)[1]))
     if fresh.id != task.id or fresh.gold_sql != task.gold_sql:
         raise DataError(f"{task.id}: template {t.id} no longer renders this task's gold SQL; cannot migrate it")

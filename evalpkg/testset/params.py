@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from evalpkg.errors import ConfigError
+from evalpkg.errors import ConfigError, DataError
 from evalpkg.prod.catalog import conditions
 
 STABLE_UNIT_LABS = ("HBA1C", "CREA", "K", "NA", "ALT", "WBC", "HGB", "LDLC", "TNI", "BNP")
@@ -135,3 +135,14 @@ def combinations(domain: dict[str, list[Value]], names: list[str]) -> list[dict[
             continue
         combos.append(combo)
     return combos
+
+
+def chosen(domain: dict[str, list[Value]], params: dict[str, str]) -> dict[str, Value]:
+    """The values a task's recorded parameters name (provenance.params), retired ones included."""
+    out = {}
+    for name, key in params.items():
+        value = next((v for v in domain.get(name, []) if v.key == key), None)
+        if value is None:
+            raise DataError(f"parameter {name}={key!r} is not in this eval DB")
+        out[name] = value
+    return out

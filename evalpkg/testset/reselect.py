@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from evalpkg.errors import DataError
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.testset import premises, release, traps, worlds
 from evalpkg.testset.build import check_gold, instantiate, load_templates
 from evalpkg.testset.gold import agent_connection, snapshot_version
-from evalpkg.testset.params import Value, combinations, domains
+from evalpkg.testset.params import Value, chosen, combinations, domains
 from evalpkg.testset.validate import gold_executor
 
 if TYPE_CHECKING:
@@ -109,7 +111,6 @@ def _candidates(scratch: Settings, tasks: list[Task]) -> dict[str, list[Candidat
     reason), then other choices in a fixed order; per ticket task: itself."""
     with agent_connection(scratch) as conn, conn.transaction():
         domain = domains(conn)
-    every = {name: {v.key: v for v in values} for name, values in domain.items()}  # retired values too
     groups: dict[str, list[Candidate]] = {}
     for t in load_templates().templates:
         current = {_params(task): task for task in tasks if task.provenance.template_id == t.id}
@@ -117,8 +118,9 @@ def _candidates(scratch: Settings, tasks: list[Task]) -> dict[str, list[Candidat
         random.Random(f"reselect:{t.id}").shuffle(combos)
         by_params = {tuple(sorted((k, v.key) for k, v in c.items())): c for c in combos}
         for p in current:
-            if p not in by_params and all(key in every.get(name, {}) for name, key in p):
-                by_params[p] = {name: every[name][key] for name, key in p}
+            if p not in by_params:  # a retired value (or one this snapshot lacks): named, never chosen
+                with suppress(DataError):
+                    by_params[p] = chosen(domain, dict(p))
         order = [p for p in by_params if p in current] + [p for p in by_params if p not in current]
         order = order[: len(current) + CANDIDATES_PER_TEMPLATE]
         groups[t.id] = [
