@@ -145,6 +145,21 @@ def test_dictionary_examples_and_cache(shared: Shared, new_toolkit: NewToolkit) 
     assert not tk.call("execute_sql", {"sql": "select count(*) from emr.t_med_order where zfbz = 1"}).cached
 
 
+def test_dictionary_rows_name_real_columns_and_say_what_now_is(shared: Shared, new_toolkit: NewToolkit) -> None:
+    """An annotator who trusted the dictionary used current_date for "the current month"; the snapshot's
+    pinned_now is what relative periods count from, and the dictionary must say so."""
+    columns = {(table, c.name) for table, cols in shared.catalog.columns.items() for c in cols}
+    assert [
+        (r["table_name"], r["column_name"])
+        for r in shared.dictionary
+        if (r["table_name"], r["column_name"]) not in columns
+    ] == []
+    tk = new_toolkit()
+    for term in ("current_date", "last 12 months", "近一年"):
+        hits = tk.call("query_dictionary", {"term": term}).content["matches"]
+        assert ("snapshot", "pinned_now") in {(m["table_name"], m["column_name"]) for m in hits}, term
+
+
 def test_validate_result_flags_unsupported_numbers(new_toolkit: NewToolkit) -> None:
     tk = new_toolkit()
     n = tk.call("execute_sql", {"sql": "select count(*) as n from emr.t_patient_info"}).content["rows"][0][0]
