@@ -70,6 +70,20 @@ class Template(BaseModel):
     # gold output column -> least value on the build snapshot: a margin so that another key's date
     # shifts cannot empty a count a task's rate divides by
     min_counts: dict[str, int] = {}
+    # parameter -> value key -> why this template may no longer use it (clinical review); tasks already
+    # released with it are removed by the next migrate, and no new task is made with it
+    withdrawn: dict[str, dict[str, str]] = {}
+
+    def retired(self, combo: dict[str, Value]) -> str:
+        """Why no new task may use these parameters ("" if it may): a value retired everywhere
+        (params.Value.retired) or withdrawn for this template."""
+        why = [f"retired parameter {name}={v.key}: {v.retired}" for name, v in combo.items() if v.retired]
+        why += [
+            f"parameter {name}={v.key} withdrawn for template {self.id}: {self.withdrawn[name][v.key]}"
+            for name, v in combo.items()
+            if v.key in self.withdrawn.get(name, {})
+        ]
+        return "; ".join(why)
 
 
 class TemplateFile(BaseModel):
@@ -150,7 +164,7 @@ def build(settings: Settings, *, seed: int = 1, progress: Progress = quiet) -> B
         with conn.transaction():
             domain = domains(conn)
         for t in spec.templates:
-            combos = combinations(domain, t.params)
+            combos = [c for c in combinations(domain, t.params) if not t.retired(c)]
             random.Random(f"{seed}:{t.id}").shuffle(combos)
             made = 0
             for combo in combos:

@@ -1,7 +1,10 @@
-"""`evalpkg testset migrate --from vN`: the next release is vN with every task's outputs and its variants'
-asks (issue 9: a variant is graded on the outputs it asks for) taken from the task's template, and the
-variant texts re-rendered from it where the template was reworded; nothing else changes. Ticket tasks
-grade every gold column, asked by every variant. Checked on the eval DB: each variant is answered by a gold."""
+"""`evalpkg testset migrate --from vN`: the next release is vN with every task re-rendered from its template:
+outputs and its variants' asks (issue 9: a variant is graded on the outputs it asks for), and the variant
+texts where the template was reworded; a task whose parameters the template now withdraws (clinical review)
+is removed. Nothing else changes: golds (alternative golds included), tags and review records stay. Ticket
+tasks grade every gold column, asked by every variant. Checked on the eval DB: each variant is answered by
+a gold.
+"""
 
 from __future__ import annotations
 
@@ -26,24 +29,42 @@ class Migration:
     source: str
     tasks: list[Task] = field(default_factory=list)
     changes: dict[str, str] = field(default_factory=dict)  # task id -> what changed
+    removed: dict[str, str] = field(default_factory=dict)  # task id -> why (withdrawn parameters)
+    with_outputs: int = 0  # tasks that declare their outputs for the first time
     variants: int = 0
     narrower: int = 0  # variants asking for fewer columns than their gold returns
     reworded: int = 0  # variants whose text was re-rendered from a reworded template
     wordings: set[tuple[str, str, str]] = field(default_factory=set)  # (template, language, complexity) reworded
 
     def summary(self) -> str:
-        return (
-            f"Per-variant grading (issue 9): every task of {self.source} now declares its outputs "
-            f"(format_version {TASK_FORMAT_VERSION}) and each question variant the outputs its wording asks for; "
-            "an instance is graded on those only (execution match on their gold columns; number answer points "
-            "in other columns are not graded), because variants often ask for less than the gold returns and an "
-            "agent answering exactly what it was asked failed. Outputs and asks come from each task's template "
-            "(ticket tasks: every gold column, asked by every variant). "
-            f"{len(self.tasks)} tasks; {self.narrower} of {self.variants} variants ask for fewer outputs than "
-            f"their gold returns; {self.reworded} variants were reworded so that they ask for an output the gold "
-            f"returns ({len(self.wordings)} template wordings in {len({w[0] for w in self.wordings})} templates, "
-            "re-rendered with each task's own params). Nothing else changed."
-        )
+        parts = []
+        if self.with_outputs:
+            parts.append(
+                f"Per-variant grading (issue 9): every task of {self.source} now declares its outputs "
+                f"(format_version {TASK_FORMAT_VERSION}) and each question variant the outputs its wording asks "
+                "for; an instance is graded on those only (execution match on their gold columns; number answer "
+                "points in other columns are not graded), because variants often ask for less than the gold "
+                "returns and an agent answering exactly what it was asked failed. Outputs and asks come from each "
+                "task's template (ticket tasks: every gold column, asked by every variant). "
+                f"{len(self.tasks)} tasks; {self.narrower} of {self.variants} variants ask for fewer outputs than "
+                f"their gold returns; {self.reworded} variants were reworded so that they ask for an output the "
+                f"gold returns ({len(self.wordings)} template wordings in {len({w[0] for w in self.wordings})} "
+                "templates, re-rendered with each task's own params)."
+            )
+        elif self.wordings:
+            templates = sorted({w[0] for w in self.wordings})
+            parts.append(
+                f"{self.reworded} question variants re-rendered from {len(self.wordings)} reworded template "
+                f"wordings in {len(templates)} templates ({', '.join(templates)}), with each task's own "
+                "parameters: names are written as a clinician types them (lab tests, diagnoses and drugs in "
+                "lower case mid-sentence, no possessive on a department name, no article before a test name)."
+            )
+        if self.removed:
+            parts.append(
+                f"Removed: {len(self.removed)} task(s) whose parameters the clinical review withdrew for their "
+                "template (each reason below)."
+            )
+        return " ".join([*parts, f"{len(self.tasks)} tasks. Nothing else changed."])
 
 
 def migrate(settings: Settings, source: str, *, progress: Progress = quiet) -> tuple[release.Release, Migration]:
@@ -56,14 +77,18 @@ def migrate(settings: Settings, source: str, *, progress: Progress = quiet) -> t
             domain = domains(conn)
         snap = snapshot_version(conn)
         for i, task in enumerate(src.tasks, 1):
-            plan.tasks.append(_migrate_task(conn, task, templates, domain, plan))
+            if why := _withdrawn(task, templates, domain):
+                plan.removed[task.id] = why
+            else:
+                plan.tasks.append(_migrate_task(conn, task, templates, domain, plan))
             if i % 50 == 0:
                 progress(f"migrated {i}/{len(src.tasks)} tasks")
-    plan.wordings = _rewordings(src.tasks, plan.tasks)
-    if not plan.changes:
-        raise DataError(f"{source}: nothing to migrate, every task already carries its outputs")
+    plan.wordings = _rewordings([t for t in src.tasks if t.id not in plan.removed], plan.tasks)
+    if not plan.changes and not plan.removed:
+        raise DataError(f"{source}: nothing to migrate, every task is as its template renders it")
     target = release.next_version(tasks_dir)
-    rel = release.write(tasks_dir, target, plan.tasks, snap, release.ChangeSet(changed=plan.changes))
+    changes = release.ChangeSet(changed=plan.changes, removed=plan.removed)
+    rel = release.write(tasks_dir, target, plan.tasks, snap, changes)
     release.add_changelog_summary(tasks_dir, target, plan.summary())
     return rel, plan
 
@@ -80,6 +105,8 @@ def _migrate_task(
     except GoldError as exc:
         raise DataError(f"{task.id}: gold SQL fails on this snapshot: {exc}") from exc
     if task.provenance.source == "ticket":
+        if task.outputs:  # declared by an earlier migrate; a ticket has no template to re-render from
+            return task
         outputs, variants, why = _ticket_outputs(task, columns)
     else:
         outputs, variants, why = _template_outputs(task, templates, domain, plan)
@@ -95,21 +122,38 @@ def _migrate_task(
     )
     if new != task:
         plan.changes[task.id] = why
+        plan.with_outputs += not task.outputs and bool(new.outputs)
     return new
+
+
+def _withdrawn(task: Task, templates: dict[str, Template], domain: dict[str, list[Value]]) -> str:
+    """Why the task's template no longer accepts its parameters ("" if it does)."""
+    if task.provenance.source == "ticket":
+        return ""
+    return _template(task, templates).retired(_combo(task, domain))
+
+
+def _template(task: Task, templates: dict[str, Template]) -> Template:
+    t = templates.get(task.provenance.template_id or "")
+    if t is None:
+        raise DataError(f"{task.id}: template {task.provenance.template_id!r} is not in the templates")
+    return t
+
+
+def _combo(task: Task, domain: dict[str, list[Value]]) -> dict[str, Value]:
+    try:
+        return chosen(domain, task.provenance.params)
+    except DataError as exc:
+        raise DataError(f"{task.id}: {exc}") from None
 
 
 def _template_outputs(
     task: Task, templates: dict[str, Template], domain: dict[str, list[Value]], plan: Migration
 ) -> tuple[list[Output], list[QuestionVariant], str]:
-    t = templates.get(task.provenance.template_id or "")
-    if t is None:
-        raise DataError(f"{task.id}: template {task.provenance.template_id!r} is not in the templates")
-    try:
-        combo = chosen(domain, task.provenance.params)
-    except DataError as exc:
-        raise DataError(f"{task.id}: {exc}") from None
-    fresh = instantiate(t, combo, int(task.id.rsplit("-", 1)[1]))
-    if fresh.id != task.id or fresh.gold_sql != task.gold_sql:
+    t = _template(task, templates)
+    fresh = instantiate(t, _combo(task, domain), int(task.id.rsplit("-", 1)[1]))
+    # alternative golds (arbitration) follow the template's
+    if fresh.id != task.id or fresh.gold_sql != task.gold_sql[: len(fresh.gold_sql)]:
         raise DataError(f"{task.id}: template {t.id} no longer renders this task's gold SQL; cannot migrate it")
     variants, reworded, narrower = [], [], []
     for v in task.variants:
@@ -121,6 +165,8 @@ def _template_outputs(
         if now.asks and len(now.asks) < len(fresh.outputs):
             narrower.append(f"{label} ({len(now.asks)} of {len(fresh.outputs)})")
     plan.reworded += len(reworded)
+    if task.outputs:  # declared by an earlier migrate: only the wording can have changed
+        return list(fresh.outputs), variants, f"re-rendered from the reworded template {t.id}: {', '.join(reworded)}"
     if not fresh.outputs:
         return [], variants, f"format {TASK_FORMAT_VERSION}; no outputs (unanswerable)"
     why = f"outputs {', '.join(o.name for o in fresh.outputs)} from template {t.id}"
@@ -156,11 +202,18 @@ def _ticket_outputs(task: Task, columns: list[list[str]]) -> tuple[list[Output],
 def _rewordings(before: list[Task], after: list[Task]) -> set[tuple[str, str, str]]:
     """The (template, language, complexity) wordings that changed. A reworded template wording changes that
     variant in every task of the template; one that changed in only some of them means the parameters render
-    differently on this DB, which is drift, not a rewording."""
+    differently on this DB, which is drift, not a rewording. A change of letter case alone is how a name is
+    written mid-sentence (params.mid_sentence: "Creatinine" -> "creatinine", "COPD" stays): it changes only
+    the tasks whose names have a capital to lower, so it counts as a rewording wherever it happens."""
     changed: dict[tuple[str, str, str], set[bool]] = {}
+    any_change: set[tuple[str, str, str]] = set()
     for old, new in zip(before, after, strict=True):
         for v, w in zip(old.variants, new.variants, strict=True):
             key = (old.provenance.template_id or old.id, v.language.value, v.complexity.value)
+            if v.text != w.text:
+                any_change.add(key)
+                if v.text.casefold() == w.text.casefold():
+                    continue
             changed.setdefault(key, set()).add(v.text != w.text)
     mixed = sorted(k for k, seen in changed.items() if len(seen) > 1)
     if mixed:
@@ -169,4 +222,4 @@ def _rewordings(before: list[Task], after: list[Task]) -> set[tuple[str, str, st
             f"template {template}: the {lang}/{level} text changed for some of its tasks only; the eval DB "
             "renders parameters differently from the release, so migrate cannot tell a rewording from drift"
         )
-    return {k for k, seen in changed.items() if seen == {True}}
+    return any_change

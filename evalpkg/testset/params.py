@@ -45,6 +45,14 @@ class Value:
     retired: str = ""  # why no new task may use it (old releases keep rendering with it)
 
 
+def mid_sentence(name: str) -> str:
+    """A dictionary's English name as a clinician types it mid-sentence: "Knee osteoarthritis" -> "knee
+    osteoarthritis", "Metformin" -> "metformin"; abbreviations (HbA1c, LDL cholesterol, COPD) stay as
+    they are. Department names are proper names and do not go through this."""
+    first = name.split(" ", 1)[0]
+    return name[:1].lower() + name[1:] if first[1:] == first[1:].lower() else name
+
+
 def _month(year: int, month: int) -> SimpleNamespace:
     start = date(year, month, 1)
     end = date(year + (month == 12), month % 12 + 1, 1)
@@ -88,12 +96,15 @@ def domains(conn: psycopg.Connection) -> dict[str, list[Value]]:
         "dept": dept,
         "dept2": dept,
         "lab": [
-            Value(x, SimpleNamespace(xmdm=x, xmmc=zh, en=en, unit=u, low=float(lo), high=float(hi)))
+            Value(x, SimpleNamespace(xmdm=x, xmmc=zh, en=mid_sentence(en), unit=u, low=float(lo), high=float(hi)))
             for x, zh, en, u, lo, hi in labs
         ],
-        "drug": [Value(k, SimpleNamespace(ypdm=k, ypmc=zh, en=en, category=cat)) for k, zh, en, cat in drugs],
+        "drug": [
+            Value(k, SimpleNamespace(ypdm=k, ypmc=zh, en=mid_sentence(en), category=cat)) for k, zh, en, cat in drugs
+        ],
         "cond": [
-            Value(c["icd10"][:3], SimpleNamespace(icd=c["icd10"][:3], name=c["name"], en=c["name_en"])) for c in conds
+            Value(c["icd10"][:3], SimpleNamespace(icd=c["icd10"][:3], name=c["name"], en=mid_sentence(c["name_en"])))
+            for c in conds
         ],
         "year": [Value(str(y), y) for y in YEARS],
         "quarter": [Value(f"{y}Q{n}", _quarter(y, n)) for y in YEARS for n in range(1, 5)],

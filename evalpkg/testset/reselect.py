@@ -24,7 +24,7 @@ from evalpkg.settings import Settings
 from evalpkg.testset import premises, release, traps, worlds
 from evalpkg.testset.build import check_gold, instantiate, load_templates
 from evalpkg.testset.gold import agent_connection, snapshot_version
-from evalpkg.testset.params import Value, chosen, combinations, domains
+from evalpkg.testset.params import chosen, combinations, domains
 from evalpkg.testset.validate import gold_executor
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class Candidate:
     params: tuple[tuple[str, str], ...]
     task: Task
     previous: Task | None  # the source release's task with these parameters
-    retired: str = ""  # why its parameters may no longer be used (params.Value.retired): never chosen
+    retired: str = ""  # why its parameters may no longer be used (Template.retired): never chosen
 
     @property
     def key(self) -> Key:
@@ -114,7 +114,7 @@ def _candidates(scratch: Settings, tasks: list[Task]) -> dict[str, list[Candidat
     groups: dict[str, list[Candidate]] = {}
     for t in load_templates().templates:
         current = {_params(task): task for task in tasks if task.provenance.template_id == t.id}
-        combos = combinations(domain, t.params)
+        combos = [c for c in combinations(domain, t.params) if not t.retired(c)]
         random.Random(f"reselect:{t.id}").shuffle(combos)
         by_params = {tuple(sorted((k, v.key) for k, v in c.items())): c for c in combos}
         for p in current:
@@ -124,16 +124,12 @@ def _candidates(scratch: Settings, tasks: list[Task]) -> dict[str, list[Candidat
         order = [p for p in by_params if p in current] + [p for p in by_params if p not in current]
         order = order[: len(current) + CANDIDATES_PER_TEMPLATE]
         groups[t.id] = [
-            Candidate(t.id, p, instantiate(t, by_params[p], 0), current.get(p), _retired(by_params[p])) for p in order
+            Candidate(t.id, p, instantiate(t, by_params[p], 0), current.get(p), t.retired(by_params[p])) for p in order
         ]
     for task in tasks:
         if task.provenance.source == "ticket":
             groups[task.id] = [Candidate(task.id, (), task, task)]
     return groups
-
-
-def _retired(combo: dict[str, Value]) -> str:
-    return "; ".join(f"retired parameter {name}={v.key}: {v.retired}" for name, v in combo.items() if v.retired)
 
 
 def _params(task: Task) -> tuple[tuple[str, str], ...]:

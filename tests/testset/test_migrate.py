@@ -1,43 +1,116 @@
-"""`evalpkg testset migrate`: the committed v3 is reproducible from v2 and the templates on a freshly synced DB
-(its own de-identification key), and migrating again is refused."""
+"""`evalpkg testset migrate`: the committed v6 (v5 re-rendered from the reworded, clinically reviewed
+templates) is reproducible from v5 and the templates on a freshly synced DB (its own de-identification
+key), migrating again is refused, and a wording that changed for some tasks of a template only is drift."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from evalpkg.errors import DataError
+from evalpkg.prod.catalog import reference
 from evalpkg.settings import Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release
-from evalpkg.testset.migrate import migrate
+from evalpkg.testset.migrate import _rewordings, migrate
+from evalpkg.testset.models import Complexity, Language, Task
+from evalpkg.testset.params import mid_sentence
+from tests.testset.test_models_and_fingerprints import task_dict
 
 COMMITTED = Path(__file__).resolve().parents[2] / "tasks"
+SOURCE, MIGRATED = "v5", "v6"  # the latest release `migrate` made, and the one it was cut from
 
 
 @pytest.fixture
-def before_v3(tmp_path: Path) -> Path:
-    """tasks/ as it was before v3: the releases up to v2 and the CHANGELOG without the v3 entry."""
-    for version in ("v1", "v2"):
+def before_migrated(tmp_path: Path) -> Path:
+    """tasks/ as it was before MIGRATED: the releases up to SOURCE and the CHANGELOG without MIGRATED's entry."""
+    for version in release.versions(COMMITTED)[: int(SOURCE[1:])]:
         shutil.copytree(COMMITTED / version, tmp_path / version)
     text = (COMMITTED / release.CHANGELOG).read_text(encoding="utf-8")
-    head, v3_and_older = text.split("## v3 ", 1)
-    (tmp_path / release.CHANGELOG).write_text(head + "## v2 " + v3_and_older.split("\n## v2 ", 1)[1], "utf-8")
+    head, rest = text.split(f"## {MIGRATED} ", 1)
+    (tmp_path / release.CHANGELOG).write_text(head + f"## {SOURCE} " + rest.split(f"\n## {SOURCE} ", 1)[1], "utf-8")
     return tmp_path
 
 
-def test_v3_is_reproducible_from_v2(synced: SyncReport, generated: Settings, before_v3: Path) -> None:
-    settings = generated.model_copy(update={"tasks_dir": before_v3})
-    rel, plan = migrate(settings, "v2")
-    assert rel.version == "v3"
-    committed = release.load(COMMITTED, "v3")
+def test_the_migrated_release_is_reproducible_from_its_source(
+    synced: SyncReport, generated: Settings, before_migrated: Path
+) -> None:
+    settings = generated.model_copy(update={"tasks_dir": before_migrated})
+    rel, plan = migrate(settings, SOURCE)
+    assert rel.version == MIGRATED
+    committed = release.load(COMMITTED, MIGRATED)
     assert rel.manifest.files == committed.manifest.files  # byte for byte, task by task
-    assert release.changelog_entry(before_v3, "v3") == release.changelog_entry(COMMITTED, "v3")
+    assert release.changelog_entry(before_migrated, MIGRATED) == release.changelog_entry(COMMITTED, MIGRATED)
     assert plan.summary() in (COMMITTED / release.CHANGELOG).read_text(encoding="utf-8")
-    assert len(plan.tasks) == len(committed.tasks) and 0 < plan.narrower < plan.variants and plan.reworded > 0
+
+    # the clinical review withdrew HbA1c 6.5% as a line for "poor control": that task goes, with the reason
+    assert list(plan.removed) == ["clar-clar_poor_glycemic_control-005"]
+    assert "6.5% is the diagnostic cut-off for diabetes" in plan.removed["clar-clar_poor_glycemic_control-005"]
+    # golds (the arbitration's alternative ones included), tags and review records are untouched
+    source = release.load(before_migrated, SOURCE).by_id()
+    assert any(len(t.gold_sql) > 1 for t in rel.tasks)
+    for task in rel.tasks:
+        before = source[task.id]
+        assert (task.gold_sql, task.tags, task.review) == (before.gold_sql, before.tags, before.review), task.id
+    assert plan.reworded > 0 and plan.wordings
+
     with pytest.raises(DataError, match="migrate the latest release"):
-        migrate(settings, "v2")
+        migrate(settings, SOURCE)
     with pytest.raises(DataError, match="nothing to migrate"):
-        migrate(settings, "v3")
+        migrate(settings, MIGRATED)
+
+
+def test_no_title_case_dictionary_name_mid_sentence_in_the_latest_release() -> None:
+    """The English questions name lab tests, diagnoses and drugs as a clinician types them."""
+    ref = reference()
+    names = [d["xmmc_en"] for d in ref["lab_items"]] + [c["name_en"] for c in ref["conditions"]]
+    names += [d["ypmc_en"] for d in ref["drugs"]]
+    title_case = [n for n in names if mid_sentence(n) != n]
+    assert "Creatinine" in title_case and "HbA1c" not in title_case and "COPD" not in title_case
+    pattern = re.compile(r"\S.*\b(" + "|".join(map(re.escape, title_case)) + r")\b")
+    found = [
+        (t.id, v.text)
+        for t in release.load(COMMITTED).tasks
+        for v in t.variants
+        if v.language is Language.en and v.complexity is not Complexity.technical and pattern.match(v.text)
+    ]
+    assert found == []
+    assert not any("'s " in v.text for t in release.load(COMMITTED).tasks for v in t.variants if "s's" in v.text)
+
+
+def _task(number: int, text: str) -> Task:
+    variants = [
+        {"language": lang, "complexity": level, "text": f"{lang} {level} {text}"}
+        for lang in ("zh", "en")
+        for level in ("colloquial", "plain", "technical")
+    ]
+    return Task.model_validate(task_dict(id=f"st-sample-{number:03d}", variants=variants))
+
+
+@pytest.mark.parametrize(
+    ("why", "before", "after", "reworded"),
+    [
+        ("a rewording changes every task of the template", ["a Creatinine", "a COPD"], ["b creatinine", "b COPD"], 6),
+        (
+            "a name written in lower case changes only the tasks whose names had a capital",
+            ["Creatinine", "COPD"],
+            ["creatinine", "COPD"],
+            6,
+        ),
+        ("nothing changed", ["Creatinine", "COPD"], ["Creatinine", "COPD"], 0),
+    ],
+)
+def test_rewordings(why: str, before: list[str], after: list[str], reworded: int) -> None:
+    found = _rewordings([_task(i, t) for i, t in enumerate(before)], [_task(i, t) for i, t in enumerate(after)])
+    assert len(found) == reworded, why
+
+
+def test_a_wording_changed_for_some_tasks_only_is_drift() -> None:
+    """Another name in the eval DB (a renamed department) is not a rewording of the template."""
+    before = [_task(1, "Cardiology"), _task(2, "Neurology")]
+    after = [_task(1, "Cardiology"), _task(2, "Neurology and Stroke")]
+    with pytest.raises(DataError, match="changed for some of its tasks only"):
+        _rewordings(before, after)
