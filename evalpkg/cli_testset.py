@@ -114,7 +114,8 @@ def diff(a: str, b: str) -> None:
 
 @app.command()
 def migrate(source: Annotated[str, typer.Option("--from", help="the latest release, e.g. v2")]) -> None:
-    """Next release = SOURCE with each task's outputs and variant asks from its template (per-variant grading)."""
+    """Next release = SOURCE with each task re-rendered from its template (outputs, variant asks, reworded
+    texts); tasks whose parameters the template withdraws are removed."""
     from evalpkg.testset.migrate import migrate as run
 
     rel, plan = run(get_settings(), source, progress=_log)
