@@ -1,9 +1,12 @@
 """Execution match (SPEC §9): "correct" means what a careful human grader accepts, and nothing more lenient.
 
-Rules of COMPARATOR_VERSION 2: every gold column needs its own prediction column (extra columns, column
+Rules of COMPARATOR_VERSION 3: every gold column needs its own prediction column (extra columns, column
 order and names don't matter; found by assignment, identical columns interchangeable); rows are bags, in the
 gold's ORDER BY order only where order matters (ties on the keys in any order); integers exact; fractional
-numbers within the task's relative tolerance, rows paired by a proper matching; one month as 1..12 (when the
+numbers within the task's relative tolerance, rows paired by a proper matching, and a gold written to more
+decimals than a prediction with at least one is rounded to the prediction's (the question rarely says how
+to round) where its largest value keeps two significant figures and no value becomes 0 (12.3 for 12.34,
+not 0.1 for 0.12; a gold ending in 5 may round either way); one month as 1..12 (when the
 other side's labels lie in one year), 'YYYY-MM', a date or midnight on the 1st; booleans = 't'/'f'/'true'/
 'false'; text trimmed and NFKC-normalised; NULL equals only NULL; empty matches only empty; a failed or
 truncated result never matches. Several golds (layout alternatives): the caller tries each.
@@ -19,7 +22,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import chain, count, pairwise, starmap
 from typing import Any, cast
@@ -29,8 +32,10 @@ import numpy.typing as npt
 import sqlglot
 from sqlglot import exp
 
-COMPARATOR_VERSION = 2
+COMPARATOR_VERSION = 3
 MAX_ASSIGNMENT_CHECKS = 1000  # only columns with equal values in different rows make the search branch
+MAX_DECIMALS = 10  # a number written with more decimals was not rounded
+UNROUNDED = MAX_DECIMALS + 1
 Row = Sequence[Any]
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.intp]
@@ -129,6 +134,22 @@ def _floats(values: Sequence[Any]) -> Floats | None:
         return None
 
 
+def _decimals(x: Floats, start: int = 0) -> int:
+    """The fewest decimals that write every value exactly, UNROUNDED beyond MAX_DECIMALS."""
+    for d in range(start, MAX_DECIMALS + 1):
+        if (np.round(x, d) == x).all():
+            return d
+    return UNROUNDED
+
+
+def _half_away(x: Floats, decimals: int) -> tuple[Floats, npt.NDArray[np.bool_]]:
+    """|x| in units of the last decimal, rounded half away from zero as PostgreSQL rounds numeric, and where
+    |x| lay on a half."""
+    units = np.abs(x) * 10.0**decimals
+    eps = 1e-9 * np.maximum(1.0, units)
+    return np.floor(units + 0.5 + eps), np.abs(units - np.floor(units) - 0.5) <= eps
+
+
 @dataclass
 class _Column:
     tokens: list[Any]
@@ -136,6 +157,7 @@ class _Column:
     numbers: Floats | None = None  # numeric kinds: the values as floats, 0.0 at NULL, NaN and infinities
     text_length: int | None = None
     has_markers: bool = True
+    coarser: dict[tuple[int, int], _Column] = field(default_factory=dict, repr=False, compare=False)  # rounded()
 
     @classmethod
     def of(cls, values: list[Any]) -> _Column:
@@ -153,6 +175,47 @@ class _Column:
             return cls(tokens, "other")
         numbers = _floats([0.0 if type(t) is _Marker else t for t in tokens])
         return cls(tokens, "float" if float in kinds else "int", numbers)
+
+    @cached_property
+    def decimals(self) -> int:
+        """The fewest decimals that write every value (the executor hands numerics over as floats, so a
+        rounded 2.50 reads as 2.5). A sample first: most computed float columns are UNROUNDED."""
+        if self.numbers is None:
+            return 0
+        sample = _decimals(self.numbers[:64])
+        return sample if sample == UNROUNDED else _decimals(self.numbers, sample)
+
+    def rounded(self, decimals: int, like: _Column) -> _Column:
+        """The column at fewer decimals. A value on a half is rounded away from zero, or towards it where
+        `like` (the other side) holds that value and not the other: the half may itself be a rounding.
+        Remembered per (decimals, like): the search compares the same pair many times."""
+        key = (decimals, id(like))
+        if key not in self.coarser:
+            self.coarser[key] = self._rounded(decimals, like)
+        return self.coarser[key]
+
+    def _rounded(self, decimals: int, like: _Column) -> _Column:
+        assert self.numbers is not None
+        whole, half = _half_away(self.numbers, decimals)
+        sign = np.sign(self.numbers)
+        if like.numbers is not None and half.any():
+            ties = np.flatnonzero(half)
+            away = sign[ties] * whole[ties]
+            candidates = np.concatenate([away, away - sign[ties]])
+            theirs = np.rint(like.numbers * 10.0**decimals)
+            theirs, mine = theirs[np.isin(theirs, candidates)], (sign * whole)[~half]
+            left = Counter(theirs.tolist())
+            left.subtract(mine[np.isin(mine, candidates)].tolist())
+            for i in ties:
+                away, toward = sign[i] * whole[i], sign[i] * (whole[i] - 1)
+                if left[away] <= 0 < left[toward]:
+                    whole[i] -= 1
+                left[sign[i] * whole[i]] -= 1
+        numbers = sign * whole / 10.0**decimals
+        tokens = numbers.tolist()
+        if self.has_markers:
+            tokens = [t if type(t) is _Marker else v for t, v in zip(self.tokens, tokens, strict=True)]
+        return _Column(tokens, "float", numbers, has_markers=self.has_markers)
 
     @cached_property
     def bag(self) -> dict[Any, int]:
@@ -184,11 +247,27 @@ class _Column:
 
 
 def _view(g: _Column, p: _Column) -> tuple[_Column, _Column]:
-    """The pair as compared: month numbers become labels of the one year the other side names."""
+    """The pair as compared: month numbers become labels of the one year the other side names; a fractional
+    gold is read at a coarser prediction's decimals."""
     if g.month_numbers and p.label_year:
         return g.as_labels(p.label_year), p
     if p.month_numbers and g.label_year:
         return g, p.as_labels(g.label_year)
+    if g.kind == p.kind == "float" and g.decimals > p.decimals:
+        return _at_coarser_precision(g, p)
+    return g, p
+
+
+def _at_coarser_precision(g: _Column, p: _Column) -> tuple[_Column, _Column]:
+    """A gold finer than a prediction with decimals, rounded to those where its largest value keeps two
+    significant figures and no other rounds away to 0 (a grader takes 12.3 for 12.34 and 0.8% for 0.79%
+    beside 6.54%, but not 0.1 for 0.12 or 0.0% for 0.04%). A prediction finer than the gold is left to the
+    task's tolerance: a float gold does not say whether it was rounded."""
+    assert g.numbers is not None
+    d = p.decimals
+    units = np.abs(g.numbers) * 10.0**d
+    if 1 <= d < g.decimals and units.max() >= 10 and ((units == 0) | (units >= 0.5)).all():
+        return g.rounded(d, like=p), p
     return g, p
 
 

@@ -98,6 +98,23 @@ BIG = 2**60
             "NaN and infinity equal themselves",
         ),
         ([[float("inf")]], [[1e308]], 1e-6, False, "infinity is not a large number"),
+        # the question rarely says how to round: a grader reads both sides at the coarser precision
+        ([[12.371134020618557]], [[12.37]], 0.01, True, "a finer prediction: the ratio task's tolerance decides"),
+        ([[12.3456]], [[12.35]], 1e-6, False, "a gold does not say it was rounded: a finer prediction is not"),
+        ([[D("12.3")]], [[D("12.34")]], 1e-6, True, "one decimal where the gold has two"),
+        ([[D("12.3")]], [[D("12.3456789012345679")]], 1e-6, True, "one decimal for an unrounded gold"),
+        ([[D("12.4")]], [[D("12.34")]], 1e-6, False, "one decimal, wrongly rounded"),
+        ([[D("0.1")]], [[D("0.12")]], 1e-6, False, "one significant figure is too coarse to say 0.12"),
+        ([[D("0.1")], [D("0.5")], [D("1.0")]], [[D("0.12")], [D("0.5")], [D("0.95")]], 1e-6, False, "nor 0.95"),
+        ([[D("0.8")], [D("6.5")]], [[D("0.79")], [D("6.54")]], 1e-6, True, "0.8% for 0.79% beside 6.54%"),
+        ([[D("0.0")], [D("45.7")]], [[D("0.04")], [D("45.65")]], 1e-6, False, "nor is 0.0 for 0.04"),
+        ([[D("12")]], [[D("12.34")]], 1e-6, False, "an integer for a fraction stays exact"),
+        ([[D("12.3")], [D("45.7")]], [[D("12.35")], [D("45.65")]], 1e-6, True, "a gold on a half rounds either way"),
+        ([[D("12.3")], [D("12.4")]], [[D("12.35")], [D("12.35")]], 1e-6, True, "each half on its own"),
+        ([[D("12.3")], [D("12.3")]], [[D("12.35")], [D("12.46")]], 1e-6, False, "but not a value off the half"),
+        ([[D("12.5")]], [[D("12.35")]], 1e-6, False, "a half is not a licence for any value"),
+        ([[None], [D("3.3")]], [[None], [D("3.33")]], 1e-6, True, "NULLs stay where they are"),
+        ([[None], [D("3.3")]], [[D("3.33")], [None]], 1e-6, True, "in any row order"),
     ],
 )
 def test_numbers(pred: Rows, gold: list[list[Any]], rel_tol: float, expected: bool, why: str) -> None:
@@ -245,4 +262,4 @@ def test_order_keys_by_position_and_unknown_expressions() -> None:
 
 
 def test_version_is_exported() -> None:
-    assert COMPARATOR_VERSION == 2
+    assert COMPARATOR_VERSION == 3

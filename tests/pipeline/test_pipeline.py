@@ -224,7 +224,11 @@ def test_mlflow_holds_parent_and_shard_runs_metrics_and_traces(
         assert "type.negation.accuracy" in parent.data.metrics and "cell.anomaly.hard.accuracy" in parent.data.metrics
         assert parent.data.params["testset_version"] == release.latest(generated.tasks_dir)
         assert parent.data.params["agent"] == "gold"
-        assert parent.data.params["comparator_version"] == parent.data.tags["evalpkg.comparator_version"] == "2"
+        assert (
+            parent.data.params["comparator_version"]
+            == parent.data.tags["evalpkg.comparator_version"]
+            == str(COMPARATOR_VERSION)
+        )
         assert parent.data.metrics["numeric_citation_error_rate"] == 0.0
         assert parent.data.metrics["unnecessary_question_rate"] == 0.0
         children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")
