@@ -113,12 +113,15 @@ def diff(a: str, b: str) -> None:
 
 
 @app.command()
-def migrate(source: Annotated[str, typer.Option("--from", help="the latest release, e.g. v2")]) -> None:
+def migrate(
+    source: Annotated[str, typer.Option("--from", help="the latest release, e.g. v2")],
+    reason: Annotated[str, typer.Option(help="why the templates were reworded, for the CHANGELOG")] = "",
+) -> None:
     """Next release = SOURCE with each task re-rendered from its template (outputs, variant asks, reworded
     texts); tasks whose parameters the template withdraws are removed."""
     from evalpkg.testset.migrate import migrate as run
 
-    rel, plan = run(get_settings(), source, progress=_log)
+    rel, plan = run(get_settings(), source, reason=reason, progress=_log)
     _log(f"released {rel.version}: {plan.summary()}")
 
 

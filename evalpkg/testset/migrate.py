@@ -27,6 +27,7 @@ from evalpkg.testset.validate import gold_columns, output_problems
 @dataclass
 class Migration:
     source: str
+    reason: str = ""  # why the templates were reworded, for the CHANGELOG
     tasks: list[Task] = field(default_factory=list)
     changes: dict[str, str] = field(default_factory=dict)  # task id -> what changed
     removed: dict[str, str] = field(default_factory=dict)  # task id -> why (withdrawn parameters)
@@ -56,8 +57,7 @@ class Migration:
             parts.append(
                 f"{self.reworded} question variants re-rendered from {len(self.wordings)} reworded template "
                 f"wordings in {len(templates)} templates ({', '.join(templates)}), with each task's own "
-                "parameters: names are written as a clinician types them (lab tests, diagnoses and drugs in "
-                "lower case mid-sentence, no possessive on a department name, no article before a test name)."
+                f"parameters{': ' + self.reason if self.reason else ''}."
             )
         if self.removed:
             parts.append(
@@ -67,11 +67,13 @@ class Migration:
         return " ".join([*parts, f"{len(self.tasks)} tasks. Nothing else changed."])
 
 
-def migrate(settings: Settings, source: str, *, progress: Progress = quiet) -> tuple[release.Release, Migration]:
+def migrate(
+    settings: Settings, source: str, *, reason: str = "", progress: Progress = quiet
+) -> tuple[release.Release, Migration]:
     tasks_dir = settings.tasks_dir
     src = release.load_source(tasks_dir, source, "migrate")
     templates = {t.id: t for t in load_templates().templates}
-    plan = Migration(source)
+    plan = Migration(source, reason.strip().rstrip("."))
     with agent_connection(settings) as conn:
         with conn.transaction():
             domain = domains(conn)

@@ -22,6 +22,10 @@ from tests.testset.test_models_and_fingerprints import task_dict
 
 COMMITTED = Path(__file__).resolve().parents[2] / "tasks"
 SOURCE, MIGRATED = "v5", "v6"  # the latest release `migrate` made, and the one it was cut from
+REASON = (  # as given with --reason
+    "names are written as a clinician types them (lab tests, diagnoses and drugs in lower case mid-sentence, "
+    "no possessive on a department name, no article before a test name)"
+)
 
 
 @pytest.fixture
@@ -39,7 +43,7 @@ def test_the_migrated_release_is_reproducible_from_its_source(
     synced: SyncReport, generated: Settings, before_migrated: Path
 ) -> None:
     settings = generated.model_copy(update={"tasks_dir": before_migrated})
-    rel, plan = migrate(settings, SOURCE)
+    rel, plan = migrate(settings, SOURCE, reason=REASON)
     assert rel.version == MIGRATED
     committed = release.load(COMMITTED, MIGRATED)
     assert rel.manifest.files == committed.manifest.files  # byte for byte, task by task
