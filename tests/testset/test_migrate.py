@@ -15,9 +15,10 @@ from evalpkg.prod.catalog import reference
 from evalpkg.settings import Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release
+from evalpkg.testset.build import load_templates
 from evalpkg.testset.migrate import _rewordings, migrate
 from evalpkg.testset.models import Complexity, Language, Task
-from evalpkg.testset.params import mid_sentence
+from evalpkg.testset.params import RETIRED_GLUCOSE_WHY, Value, mid_sentence
 from tests.testset.test_models_and_fingerprints import task_dict
 
 COMMITTED = Path(__file__).resolve().parents[2] / "tasks"
@@ -118,3 +119,21 @@ def test_a_wording_changed_for_some_tasks_only_is_drift() -> None:
     after = [_task(1, "Cardiology"), _task(2, "Neurology and Stroke")]
     with pytest.raises(DataError, match="changed for some of its tasks only"):
         _rewordings(before, after)
+
+
+@pytest.mark.parametrize(
+    ("template", "params", "why"),
+    [
+        ("clar_poor_glycemic_control", {"hba1c": "6.5"}, "6.5% is the diagnostic cut-off for diabetes"),
+        ("clar_poor_glycemic_control", {"hba1c": "9.0"}, ""),  # poor control above 9%: sensible
+        ("quarterly_hba1c_control_rate_e11", {"hba1c": "9.0", "year": "2024"}, "9.0% marks poor control"),
+        ("quarterly_hba1c_control_rate_e11", {"hba1c": "6.5", "year": "2024"}, ""),  # a stringent target
+        ("e11_hba1c_above_threshold_share", {"hba1c": "6.5"}, ""),  # "ever above the diagnostic cut-off"
+        ("glu_results_above_threshold_year", {"glucose": "7.8", "year": "2024"}, "retired parameter glucose=7.8"),
+    ],
+)
+def test_the_clinical_review_withdraws_values_per_template(template: str, params: dict[str, str], why: str) -> None:
+    t = {t.id: t for t in load_templates().templates}[template]
+    retired = {"7.8": RETIRED_GLUCOSE_WHY}
+    combo = {name: Value(key, None, retired.get(key, "") if name == "glucose" else "") for name, key in params.items()}
+    assert (why in t.retired(combo)) if why else t.retired(combo) == ""
