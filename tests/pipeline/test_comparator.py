@@ -98,7 +98,7 @@ BIG = 2**60
             "NaN and infinity equal themselves",
         ),
         ([[float("inf")]], [[1e308]], 1e-6, False, "infinity is not a large number"),
-        # the question rarely says how to round: a grader reads both sides at the coarser precision
+        # the question rarely says how to round: a grader reads the gold at a coarser prediction's decimals
         ([[12.371134020618557]], [[12.37]], 0.01, True, "a finer prediction: the ratio task's tolerance decides"),
         ([[12.3456]], [[12.35]], 1e-6, False, "a gold does not say it was rounded: a finer prediction is not"),
         ([[D("12.3")]], [[D("12.34")]], 1e-6, True, "one decimal where the gold has two"),
