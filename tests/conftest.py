@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -59,3 +60,8 @@ def synced(generated: Settings) -> SyncReport:
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")
+    # A suite started in the background of a non-interactive shell (`cmd &`) inherits SIGINT ignored, and
+    # so would every process it starts: the Ctrl-C tests would then test nothing. A handler (unlike an
+    # ignored signal) is reset to the default in the processes the tests start.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
