@@ -131,10 +131,7 @@ def _sql_for(task: Task, annotation: Annotation, domain: dict[str, list[Value]])
     written = annotation.tasks.get(task.id) or annotation.templates.get(task.provenance.template_id or "")
     if written is None or written.sql is None or task.id in annotation.tasks:
         return written
-    try:
-        params = {name: v.obj for name, v in chosen(domain, task.provenance.params).items()}
-    except DataError as exc:
-        raise DataError(f"{task.id}: {exc}") from None
+    params = {name: v.obj for name, v in chosen(domain, task.provenance.params, task.id).items()}
     try:
         return Written(sql=render(written.sql, params), reading=written.reading)
     except (KeyError, AttributeError, IndexError, ValueError) as exc:

@@ -85,6 +85,10 @@ class Template(BaseModel):
         ]
         return "; ".join(why)
 
+    def choices(self, domain: dict[str, list[Value]]) -> list[dict[str, Value]]:
+        """Every assignment of its parameters a new task may use."""
+        return [c for c in combinations(domain, self.params) if not self.retired(c)]
+
 
 class TemplateFile(BaseModel):
     format_version: int
@@ -164,7 +168,7 @@ def build(settings: Settings, *, seed: int = 1, progress: Progress = quiet) -> B
         with conn.transaction():
             domain = domains(conn)
         for t in spec.templates:
-            combos = [c for c in combinations(domain, t.params) if not t.retired(c)]
+            combos = t.choices(domain)
             random.Random(f"{seed}:{t.id}").shuffle(combos)
             made = 0
             for combo in combos:

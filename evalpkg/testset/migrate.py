@@ -132,7 +132,7 @@ def _withdrawn(task: Task, templates: dict[str, Template], domain: dict[str, lis
     """Why the task's template no longer accepts its parameters ("" if it does)."""
     if task.provenance.source == "ticket":
         return ""
-    return _template(task, templates).retired(_combo(task, domain))
+    return _template(task, templates).retired(chosen(domain, task.provenance.params, task.id))
 
 
 def _template(task: Task, templates: dict[str, Template]) -> Template:
@@ -142,18 +142,11 @@ def _template(task: Task, templates: dict[str, Template]) -> Template:
     return t
 
 
-def _combo(task: Task, domain: dict[str, list[Value]]) -> dict[str, Value]:
-    try:
-        return chosen(domain, task.provenance.params)
-    except DataError as exc:
-        raise DataError(f"{task.id}: {exc}") from None
-
-
 def _template_outputs(
     task: Task, templates: dict[str, Template], domain: dict[str, list[Value]], plan: Migration
 ) -> tuple[list[Output], list[QuestionVariant], str]:
     t = _template(task, templates)
-    fresh = instantiate(t, _combo(task, domain), int(task.id.rsplit("-", 1)[1]))
+    fresh = instantiate(t, chosen(domain, task.provenance.params, task.id), int(task.id.rsplit("-", 1)[1]))
     # alternative golds (arbitration) follow the template's
     if fresh.id != task.id or fresh.gold_sql != task.gold_sql[: len(fresh.gold_sql)]:
         raise DataError(f"{task.id}: template {t.id} no longer renders this task's gold SQL; cannot migrate it")

@@ -148,12 +148,13 @@ def combinations(domain: dict[str, list[Value]], names: list[str]) -> list[dict[
     return combos
 
 
-def chosen(domain: dict[str, list[Value]], params: dict[str, str]) -> dict[str, Value]:
-    """The values a task's recorded parameters name (provenance.params), retired ones included."""
+def chosen(domain: dict[str, list[Value]], params: dict[str, str], owner: str = "") -> dict[str, Value]:
+    """The values a task's recorded parameters name (provenance.params), retired ones included; owner (the
+    task's id) starts the error."""
     out = {}
     for name, key in params.items():
         value = next((v for v in domain.get(name, []) if v.key == key), None)
         if value is None:
-            raise DataError(f"parameter {name}={key!r} is not in this eval DB")
+            raise DataError(f"{owner}{': ' if owner else ''}parameter {name}={key!r} is not in this eval DB")
         out[name] = value
     return out

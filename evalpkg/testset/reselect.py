@@ -24,7 +24,7 @@ from evalpkg.settings import Settings
 from evalpkg.testset import premises, release, traps, worlds
 from evalpkg.testset.build import check_gold, instantiate, load_templates
 from evalpkg.testset.gold import agent_connection, snapshot_version
-from evalpkg.testset.params import chosen, combinations, domains
+from evalpkg.testset.params import chosen, domains
 from evalpkg.testset.validate import gold_executor
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def _candidates(scratch: Settings, tasks: list[Task]) -> dict[str, list[Candidat
     groups: dict[str, list[Candidate]] = {}
     for t in load_templates().templates:
         current = {_params(task): task for task in tasks if task.provenance.template_id == t.id}
-        combos = [c for c in combinations(domain, t.params) if not t.retired(c)]
+        combos = t.choices(domain)
         random.Random(f"reselect:{t.id}").shuffle(combos)
         by_params = {tuple(sorted((k, v.key) for k, v in c.items())): c for c in combos}
         for p in current:
