@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from evalpkg.pipeline.comparator import COMPARATOR_VERSION, match
+from evalpkg.grading.comparator import COMPARATOR_VERSION, match
 
 Rows = list[list[Any]]
 

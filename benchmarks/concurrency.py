@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evalpkg.db import connect
 from evalpkg.pipeline import store
-from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.run import plan_run
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import EVAL_DB, RESULTS_DB, get_settings
 from evalpkg.testset import release
 from tests.conftest import free_port

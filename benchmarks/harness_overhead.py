@@ -20,12 +20,12 @@ import psycopg
 
 from evalpkg.agent.loop import run_dialogue
 from evalpkg.agent.policies import ScriptedPolicy
-from evalpkg.agent.session import agent_url, load_shared
+from evalpkg.agent.session import load_shared
 from evalpkg.agent.tools import Toolkit
 from evalpkg.pipeline import store
-from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.execute import execute_shard
 from evalpkg.pipeline.run import plan_run
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import RESULTS_DB, get_settings
 from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset import release
@@ -48,8 +48,8 @@ def main() -> None:
     settings = get_settings()
     tasks = release.load(settings.tasks_dir).tasks
     golds = [t.gold_sql[0] for t in tasks if t.gold_sql]
-    sql_floor(agent_url(settings), golds)  # warm the server's caches
-    floor = sql_floor(agent_url(settings), golds)
+    sql_floor(settings.agent_url(), golds)  # warm the server's caches
+    floor = sql_floor(settings.agent_url(), golds)
 
     walls = {}
     for concurrency in (1, 4):
@@ -62,7 +62,7 @@ def main() -> None:
 
     steps = 5
     shared = load_shared(settings)
-    executor = ReadOnlyExecutor(agent_url(settings))
+    executor = ReadOnlyExecutor(settings.agent_url())
     results = psycopg.connect(settings.db_url(RESULTS_DB), autocommit=True)
     micro_run = plan_run(settings, RunConfig(name="overhead-micro", agent="gold", languages=["zh"], limit=200))
     instances = store.load_run(settings, micro_run)[3]

@@ -18,9 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evalpkg.db import connect
 from evalpkg.prod.generator import generate
-from evalpkg.services import postgres
+from evalpkg.services import bootstrap, postgres
 from evalpkg.settings import EVAL_DB, PROD_DB, SYNC_ROLE, Settings
-from evalpkg.sync import bootstrap
 from evalpkg.sync.dbt import run_dbt
 from evalpkg.sync.runner import EVAL_TABLES, prepare
 from evalpkg.sync.validate import validate_eval_db

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from evalpkg.cli_run import register as register_run_commands
 from evalpkg.cli_testset import app as testset_app
 from evalpkg.errors import EvalpkgError, one_line, validation_message
-from evalpkg.settings import AGENT_ROLE, EVAL_DB, PROD_DB, RESULTS_DB, get_settings
+from evalpkg.settings import EVAL_DB, PROD_DB, RESULTS_DB, get_settings
 
 app = typer.Typer(
     add_completion=False,
@@ -73,7 +73,6 @@ def status() -> None:
 @app.command("db-url")
 def db_url(target: Target) -> None:
     """Print a connection URL (psql "$(evalpkg db-url eval)")."""
-    from evalpkg.dburl import with_user
 
     settings = get_settings()
     database = {
@@ -82,8 +81,7 @@ def db_url(target: Target) -> None:
         Target.results: RESULTS_DB,
         Target.agent: EVAL_DB,
     }[target]
-    url = settings.db_url(database)
-    typer.echo(with_user(url, AGENT_ROLE) if target is Target.agent else url)
+    typer.echo(settings.agent_url(with_password=False) if target is Target.agent else settings.db_url(database))
 
 
 def _patients_in_range(value: int) -> int:
@@ -127,7 +125,7 @@ def deid_set_key(
     import os
 
     from evalpkg.errors import ConfigError
-    from evalpkg.sync import bootstrap
+    from evalpkg.services import bootstrap
 
     key = None
     if from_env is not None:

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import os
 import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit
 
 import typer
 
-from evalpkg.errors import ConfigError, DataError, ServiceError, UsageError, validation_message
+from evalpkg.cli_options import with_run_options
+from evalpkg.errors import ConfigError, DataError, ServiceError, UsageError
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings, get_settings
 
 if TYPE_CHECKING:
-    from evalpkg.pipeline.config import RunConfig
     from evalpkg.pipeline.execute import ShardReport
 
 
@@ -23,52 +23,7 @@ def _log(message: str) -> None:
     typer.echo(message, err=True)
 
 
-# RunConfig field -> the `evalpkg run` option that sets it; other fields come from --config.
-OPTIONS = {
-    "agent": "--agent",
-    "model": "--model",
-    "endpoint": "--endpoint",
-    "api_key": "--api-key",
-    "name": "--name",
-    "testset_version": "--testset",
-    "languages": "--language",
-    "complexities": "--complexity",
-    "repeats": "--repeats",
-    "shards": "--shards",
-    "concurrency": "--concurrency",
-    "limit": "--limit",
-    "temperature": "--temperature",
-    "quantization": "--quantization",
-    "native_tools": "--text-protocol",
-    "max_steps": "--max-steps",
-    "worker": "--worker",
-    "model_path": "--model-path",
-    "judge_endpoint": "--judge-endpoint",
-    "judge_model": "--judge-model",
-}
 PROBE_TIMEOUT_S = 5
-
-
-def option_name(field: str) -> str:
-    return OPTIONS.get(field, f"--config {field}".strip())
-
-
-def run_config(config_json: str | None, options: dict[str, Any]) -> RunConfig:
-    """The whole run configuration, checked before anything is written; a bad one is a usage error."""
-    from pydantic import ValidationError
-
-    from evalpkg.pipeline.config import RunConfig
-
-    try:
-        base = json.loads(config_json) if config_json else {}
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--config: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
-    if not isinstance(base, dict):
-        raise UsageError(f"--config: expected a JSON object of RunConfig fields, got {type(base).__name__}")
-    try:
-        return RunConfig.model_validate({**base, **options})
-    except ValidationError as exc:
-        raise UsageError(validation_message(exc, RunConfig, option_name)) from exc
 
 
 def worker_spec(config: RunConfig) -> None:
@@ -148,68 +103,16 @@ def check_state_dir(settings: Settings) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command()
+    @with_run_options
     def run(
-        agent: Annotated[str, typer.Option(help="gold | openai | perturb:<kind>")] = "gold",
-        model: Annotated[str, typer.Option(help="model name sent to the endpoint")] = "gold-replay",
-        endpoint: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL (http://host:8000/v1)")] = None,
-        api_key: Annotated[str, typer.Option(envvar="EVALPKG_API_KEY", help="endpoint key (never logged)")] = "EMPTY",
-        name: Annotated[str, typer.Option(help="run name shown in MLflow")] = "eval",
-        testset: Annotated[str | None, typer.Option(help="test-set version; default latest")] = None,
-        language: Annotated[list[str] | None, typer.Option(help="zh and/or en (repeatable)")] = None,
-        complexity: Annotated[list[str] | None, typer.Option(help="colloquial/plain/technical (repeatable)")] = None,
-        repeats: Annotated[int, typer.Option()] = 1,
-        shards: Annotated[int, typer.Option()] = 1,
-        concurrency: Annotated[int, typer.Option()] = 4,
-        limit: Annotated[int | None, typer.Option(help="first N tasks only")] = None,
-        temperature: Annotated[float, typer.Option()] = 0.0,
-        quantization: Annotated[str, typer.Option()] = "none",
-        text_protocol: Annotated[bool, typer.Option(help="model has no native tool calling")] = False,
-        config_json: Annotated[str | None, typer.Option("--config", help="RunConfig JSON; options override")] = None,
-        no_track: Annotated[bool, typer.Option("--no-track", help="skip MLflow")] = False,
-        worker: Annotated[
-            str | None, typer.Option(help="each shard starts a model server: cpu (llama.cpp) or vllm (--model-path)")
-        ] = None,
-        model_path: Annotated[
-            str | None, typer.Option(help="the worker's model: vllm, a model directory or name; cpu, a GGUF file")
-        ] = None,
-        max_steps: Annotated[int, typer.Option(help="per-dialogue step limit")] = 12,
-        judge_endpoint: Annotated[
-            str | None, typer.Option(help="an LLM judge for free-text answer points (OpenAI-compatible base URL)")
-        ] = None,
-        judge_model: Annotated[str | None, typer.Option(help="the judge's model name")] = None,
+        config: RunConfig, no_track: Annotated[bool, typer.Option("--no-track", help="skip MLflow")] = False
     ) -> None:
-        """Run all five stages (normalize, execute, record, score, cluster); validate, track, report."""
+        """Run all five stages (normalize, execute, record, score, cluster); validate, track, report.
+        Every RunConfig field is an option; `--config` gives any of them as JSON (or a JSON file)."""
         from tqdm import tqdm
 
         from evalpkg.pipeline.run import run_all
 
-        options: dict[str, Any] = {
-            "agent": agent,
-            "model": model,
-            "endpoint": endpoint,
-            "api_key": api_key,
-            "name": name,
-            "testset_version": testset,
-            "repeats": repeats,
-            "shards": shards,
-            "concurrency": concurrency,
-            "limit": limit,
-            "temperature": temperature,
-            "quantization": quantization,
-            "native_tools": not text_protocol,
-            "max_steps": max_steps,
-            "judge_endpoint": judge_endpoint,
-            "judge_model": judge_model,
-        }
-        if language:
-            options["languages"] = language
-        if complexity:
-            options["complexities"] = complexity
-        if worker is not None:  # the worker sets agent and model; RunConfig checks the combination
-            options["worker"] = worker
-        if model_path is not None:
-            options["model_path"] = model_path
-        config = run_config(config_json, options)
         settings = get_settings()
         worker_spec(config)
         check_endpoint(config)

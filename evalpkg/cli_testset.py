@@ -244,12 +244,11 @@ def release_cmd() -> None:
     """Make the next version from approved candidates, with CHANGELOG and manifest."""
     from evalpkg.interrupts import Interrupted, held_interrupts
     from evalpkg.testset import release
-    from evalpkg.testset.refresh import release_approved
+    from evalpkg.testset.refresh import recover_release, release_approved
 
     settings = get_settings()
     tasks_dir = settings.tasks_dir
-    release.recover(tasks_dir)
-    _mark_shipped_candidates(settings)
+    recover_release(settings)  # release_approved does too; first here, so that the next version is known
     version = release.next_version(tasks_dir)
     # Ctrl-C: before the release dir is renamed into place nothing is left behind; from then on it waits
     # until the CHANGELOG and the review queue say so too.
@@ -260,16 +259,3 @@ def release_cmd() -> None:
     except KeyboardInterrupt as exc:
         raise Interrupted(str(exc) or f"nothing was released; {tasks_dir} is as it was") from None
     _log("nothing approved to release" if rel is None else f"released {rel.version}: {len(rel.tasks)} tasks")
-
-
-def _mark_shipped_candidates(settings: Settings) -> None:
-    """A release killed outright after its rename has shipped approved candidates it did not mark:
-    mark them now, so they are not released twice."""
-    from evalpkg.testset import release
-    from evalpkg.testset.refresh import _save, load_queue
-
-    waiting = [(p, c) for p, c in load_queue(settings) if c.status == "approved" and not c.released_in]
-    shipped = release.first_released_in(settings.tasks_dir) if waiting else {}
-    for path, cand in waiting:
-        if cand.task.id in shipped:
-            _save(path, cand.model_copy(update={"released_in": shipped[cand.task.id]}))

@@ -12,7 +12,7 @@ from evalpkg.errors import ConfigError
 from evalpkg.settings import get_settings
 
 if TYPE_CHECKING:
-    from evalpkg.pipeline.config import RunConfig
+    from evalpkg.runconfig import RunConfig
 
 # What the agent_eval DAG offers beside RunConfig's fields: how the run is carried out, not what it
 # measures. Each is a JSON schema with its default, like the fields eval_params() generates.
@@ -23,12 +23,11 @@ RUN_OPTIONS: dict[str, dict[str, Any]] = {
 
 
 def sync_prepare() -> None:
-    """Bootstrap, then fresh build schemas: the DAG's dbt tasks write there, never to what agents query."""
-    from evalpkg.sync.runner import prepare, start_build
+    """Step 1 of the sync (sync/runner.py): bootstrap and fresh build schemas; the DAG's dbt tasks write
+    there, never to what agents query."""
+    from evalpkg.sync.runner import begin_build
 
-    settings = get_settings()
-    prepare(settings)
-    start_build(settings)
+    begin_build(get_settings())
 
 
 def sync_freshness() -> None:
@@ -47,23 +46,17 @@ def sync_unit_tests() -> list[str]:
 
 
 def sync_validate() -> str:
-    """Statistics and the GX suite on the build, before anything is published."""
-    from evalpkg.sync.dbt import BUILD_SUFFIX
-    from evalpkg.sync.runner import analyze_build
-    from evalpkg.sync.validate import validate_eval_db
+    """Step 3: statistics and the GX suite on the build, before anything is published."""
+    from evalpkg.sync.runner import check_build
 
-    settings = get_settings()
-    analyze_build(settings)
-    return validate_eval_db(settings, suffix=BUILD_SUFFIX).summary()
+    return check_build(get_settings()).summary()
 
 
 def sync_publish() -> None:
-    """The validated build becomes what agents query, in one transaction."""
-    from evalpkg.sync import publish
+    """Step 4: the validated build becomes what agents query, in one transaction."""
+    from evalpkg.sync.runner import publish_build
 
-    settings = get_settings()
-    publish.publish(settings)
-    publish.drop_replaced(settings)
+    publish_build(get_settings())
 
 
 def dbt_env() -> dict[str, str]:
@@ -81,7 +74,7 @@ def eval_params() -> dict[str, dict[str, Any]]:
     """The agent_eval trigger form, one JSON schema per field with its default: RunConfig's own fields
     (from its JSON schema; none that is secret or constant), then RUN_OPTIONS. A field whose default
     is None (empty means "use the default") accepts null, so the form can be submitted as it opens."""
-    from evalpkg.pipeline.config import RunConfig
+    from evalpkg.runconfig import RunConfig
 
     schema = RunConfig.model_json_schema()
     definitions = schema.get("$defs", {})
@@ -127,7 +120,7 @@ def _nullable_as_type_list(prop: dict[str, Any]) -> dict[str, Any]:
 def _agent_choices() -> list[str]:
     """RunConfig checks `agent` in a validator, which its JSON schema cannot show: the same choices,
     built from the same PERTURBATIONS (a test checks RunConfig accepts each one)."""
-    from evalpkg.pipeline.config import PERTURBATIONS
+    from evalpkg.runconfig import PERTURBATIONS
 
     return ["gold", "openai", *(f"perturb:{kind}" for kind in PERTURBATIONS)]
 
@@ -135,7 +128,7 @@ def _agent_choices() -> list[str]:
 def run_config_from_params(params: dict[str, Any]) -> RunConfig:
     """The run a DAG's params describe: RunConfig's fields, empty ones left to RunConfig's defaults
     (a worker sets agent and model itself, as on the command line)."""
-    from evalpkg.pipeline.config import RunConfig
+    from evalpkg.runconfig import RunConfig
 
     keys = set(RunConfig.model_fields) - {"format_version"}
     values = {k: v for k, v in params.items() if k in keys and v not in (None, "")}

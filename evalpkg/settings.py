@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from evalpkg.dburl import redact, with_database
+from evalpkg.dburl import redact, with_database, with_user
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,6 +63,10 @@ class Settings(BaseSettings):
 
     def db_url(self, database: str) -> str:
         return with_database(self.admin_url, database)
+
+    def agent_url(self, *, with_password: bool = True) -> str:
+        """The eval DB as the agents' read-only role: what agents, golds and the scorer query."""
+        return with_user(self.db_url(EVAL_DB), AGENT_ROLE, self.agent_password if with_password else None)
 
     @property
     def tracking_uri(self) -> str:

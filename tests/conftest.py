@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,19 +11,16 @@ from pathlib import Path
 import pytest
 
 from evalpkg.db import connect
+from evalpkg.net import free_port
 from evalpkg.prod.generator import generate
 from evalpkg.services.stack import scratch_cluster
 from evalpkg.settings import PROD_DB, Settings
 from evalpkg.sync.runner import SyncReport, run_sync
 
+__all__ = ["free_port", "make_state_dir"]
+
 TEST_PATIENTS = 2000
 TEST_SEED = 7  # the README's database, so the committed test set validates against it
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def make_state_dir() -> Path:
@@ -56,6 +52,26 @@ def synced(generated: Settings) -> SyncReport:
     with connect(generated.admin_url) as conn:
         conn.execute(f"alter database {PROD_DB} set log_statement = 'all'")
     return run_sync(generated, full_refresh=True)
+
+
+# Fixtures that start (or stand for) a PostgreSQL cluster or other servers: a test that needs none of
+# them, and is not marked `server`, runs in `scripts/test --quick`.
+SERVER_FIXTURES = {"settings", "generated", "synced"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--quick", action="store_true", help="only the tests that start no database or server")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--quick"):
+        return
+    quick, slow = [], []
+    for item in items:
+        needs_servers = SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("server")
+        (slow if needs_servers else quick).append(item)
+    config.hook.pytest_deselected(items=slow)
+    items[:] = quick
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -26,8 +26,8 @@ import pytest
 
 from evalpkg.cli import main
 from evalpkg.db import connect
-from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.run import plan_run, run_all
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import EVAL_DB, PROD_DB, PROJECT_ROOT, RESULTS_DB, Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset.models import Task

@@ -104,3 +104,6 @@ def test_lifecycle_up_sync_before_generate_generate_sync_down(cli_env: dict[str,
     after = run(cli_env, "status")
     assert after.returncode == 3
     assert not (Path(cli_env["EVALPKG_STATE_DIR"]) / "pg" / "data" / "postmaster.pid").exists()
+
+
+pytestmark = pytest.mark.server  # starts the CLI's own services: not in --quick

@@ -30,12 +30,14 @@ class LLMUser:
     client: ModelClient  # the shard's, shared with the agent
     temperature: float = 0.0
     asked: list[Clarification] = field(default_factory=list)
+    deadline: float | None = None  # time.monotonic() by which the dialogue ends: no call outlives it
 
     def answer(self, question: str) -> str:
         facts = "\n".join(f"- {s.slot}: {s.answer[self.language]}" for s in self.hidden_slots) or "- (none)"
         retries: list[RetryRecord] = []
         response = self.client.chat(
             retries,
+            deadline=self.deadline,
             model=self.model,
             temperature=self.temperature,
             messages=[

@@ -125,6 +125,7 @@ class OpenAIPolicy:
     seed: int | None = 0
     native_tools: bool = True
     name: str = "openai"
+    deadline: float | None = None  # time.monotonic() by which the dialogue ends: no call outlives it
 
     def next(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelTurn:
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature}
@@ -138,7 +139,7 @@ class OpenAIPolicy:
             kwargs["messages"] = [{"role": "system", "content": system}, *messages[1:]]
         retries: list[RetryRecord] = []
         try:
-            response = self.client.chat(retries, **kwargs)
+            response = self.client.chat(retries, deadline=self.deadline, **kwargs)
         except Exception as exc:
             return ModelTurn.failed(exc, retries)
         choice = response.choices[0].message

@@ -4,6 +4,7 @@ shared catalog, index and cache, its model client and read-only executor; per in
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from evalpkg.agent.cache import ToolCache
@@ -13,10 +14,9 @@ from evalpkg.agent.policies import OpenAIPolicy, gold_policy, perturbation_polic
 from evalpkg.agent.schema import Catalog, SchemaIndex
 from evalpkg.agent.tools import STATE_TOOL, TOOL_NAMES, Shared, Toolkit, ToolOptions
 from evalpkg.agent.user_sim import Clinician, ScriptedUser
-from evalpkg.dburl import with_user
 from evalpkg.errors import ConfigError
-from evalpkg.pipeline.config import RunConfig
-from evalpkg.settings import AGENT_ROLE, EVAL_DB, Settings
+from evalpkg.runconfig import RunConfig
+from evalpkg.settings import Settings
 from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset.gold import agent_connection, snapshot_version
 from evalpkg.testset.models import Language, Task
@@ -42,13 +42,15 @@ def load_shared(settings: Settings) -> Shared:
     return Shared(catalog, SchemaIndex(catalog), ToolCache(snap), dictionary, examples)
 
 
-def agent_url(settings: Settings) -> str:
-    return with_user(settings.db_url(EVAL_DB), AGENT_ROLE, settings.agent_password)
-
-
 def build_executor(settings: Settings, config: RunConfig) -> ReadOnlyExecutor:
     """The shard's read-only executor: a small session pool shared by every dialogue."""
-    return ReadOnlyExecutor(agent_url(settings), timeout_ms=config.sql_timeout_ms, pool_size=config.eval_db_pool)
+    return ReadOnlyExecutor(
+        settings.agent_url(),
+        timeout_ms=config.sql_timeout_ms,
+        max_bytes=config.max_result_bytes,
+        max_row_bytes=config.max_row_bytes,
+        pool_size=config.eval_db_pool,
+    )
 
 
 def build_model_client(config: RunConfig) -> ModelClient | None:
@@ -64,10 +66,12 @@ def build_model_client(config: RunConfig) -> ModelClient | None:
         config.api_key,
         timeout_s=config.instance_timeout_s,
         max_in_flight=config.max_in_flight or config.concurrency,
+        max_tokens=config.max_tokens,
     )
 
 
 def build_policy(config: RunConfig, task: Task, language: Language, client: ModelClient | None) -> Policy:
+    """The instance's policy, built as its dialogue starts (the model's calls end by the dialogue's deadline)."""
     if config.agent == "gold":
         return gold_policy(task, language)
     if config.agent.startswith("perturb:"):
@@ -80,6 +84,7 @@ def build_policy(config: RunConfig, task: Task, language: Language, client: Mode
         temperature=config.temperature,
         seed=config.seed,
         native_tools=config.native_tools,
+        deadline=time.monotonic() + config.instance_timeout_s,
     )
 
 
@@ -90,7 +95,14 @@ def build_clinician(config: RunConfig, task: Task, language: Language, client: M
 
     if client is None:
         raise ConfigError("user_simulator llm needs the shard's model client")
-    return LLMUser(task.hidden_slots, language, config.model, client, config.temperature)
+    return LLMUser(
+        task.hidden_slots,
+        language,
+        config.model,
+        client,
+        config.temperature,
+        deadline=time.monotonic() + config.instance_timeout_s,
+    )
 
 
 def build_toolkit(

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import ExitStack, closing
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING
@@ -30,8 +30,8 @@ from evalpkg.agent.trajectory import Trajectory
 from evalpkg.db import pool
 from evalpkg.errors import ConfigError, DataError
 from evalpkg.pipeline import store
-from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.plan import Instance
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import RESULTS_DB, Settings
 from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset import release
@@ -81,11 +81,22 @@ def run_instance(
     )
 
 
+@contextmanager
+def shard_worker(settings: Settings, config: RunConfig, run_id: str, shard: int) -> Iterator[Worker]:
+    """The shard's own model server: started, health-checked, its identity taken, always stopped; its
+    log is `<run dir>/worker-<shard>.log`, appended to by every attempt."""
+    from evalpkg.serving.identity import served_identity
+    from evalpkg.serving.worker import HEALTH_DEADLINE_S, VLLM_HEALTH_DEADLINE_S, running, spec_for
+
+    deadline = VLLM_HEALTH_DEADLINE_S if config.worker == "vllm" else HEALTH_DEADLINE_S
+    log = store.run_dir(settings, run_id) / f"worker-{shard}.log"
+    with running(spec_for(config), log, deadline) as worker:
+        worker.identity = served_identity(worker, config)
+        yield worker
+
+
 class _Stopping(Exception):
     """An instance not run (or not recorded) because the shard is stopping on another one's failure."""
-
-
-WORKER_SETTLE_S = 3.0  # how long a server whose connections fail may take to exit before it counts as alive
 
 
 def execute_shard(
@@ -114,9 +125,7 @@ def execute_shard(
     worker: Worker | None = None
     with ExitStack() as opened:  # closed in reverse order, also when opening one of them fails
         if config.worker != "none" and todo:  # a finished shard needs no server
-            from evalpkg.serving.worker import for_run
-
-            worker = opened.enter_context(for_run(settings, config, run_id, shard))
+            worker = opened.enter_context(shard_worker(settings, config, run_id, shard))
             store.record_served(settings, run_id, shard, worker.identity)
             config = config.model_copy(update={"endpoint": worker.base_url, "model": worker.served_model})
         executor = opened.enter_context(closing(build_executor(settings, config)))
@@ -133,8 +142,9 @@ def execute_shard(
             try:
                 traj = run_instance(config, shared, tasks[inst.task_id], inst, executor, client)
                 if worker is not None:
-                    # a dead server makes model errors that say nothing about the model: raise, record nothing
-                    failure = worker.failure(WORKER_SETTLE_S if traj.stop_reason == "model_error" else 0.0)
+                    # a dead server makes model errors that say nothing about the model: raise, record nothing;
+                    # a model error from a live (perhaps busy) server is that instance's outcome
+                    failure = worker.failure(probe_health=traj.stop_reason == "model_error")
                     if failure is not None:
                         raise failure
                     if stopping.is_set():

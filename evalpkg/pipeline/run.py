@@ -13,22 +13,22 @@ from typing import Any
 
 import pandas as pd
 
-from evalpkg.agent.session import agent_url
 from evalpkg.agent.tools import TOOL_NAMES
 from evalpkg.agent.trajectory import Trajectory, sha256_text
 from evalpkg.errors import SyncError
 from evalpkg.expectations import ValidationReport, load_suite, validate_frames
+from evalpkg.grading.comparator import COMPARATOR_VERSION
+from evalpkg.grading.execution import GoldCache
 from evalpkg.pipeline import store
 from evalpkg.pipeline.cluster import Cluster, cluster_failures
-from evalpkg.pipeline.comparator import COMPARATOR_VERSION
-from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.execute import ShardReport, execute_shard
 from evalpkg.pipeline.judge import Judge
 from evalpkg.pipeline.metrics import breakdown
-from evalpkg.pipeline.plan import normalize
+from evalpkg.pipeline.plan import normalize, sampled_cells
 from evalpkg.pipeline.report import write_report
-from evalpkg.pipeline.score import GoldCache, InstanceScore, score_instance
+from evalpkg.pipeline.score import InstanceScore, score_instance
 from evalpkg.progress import Progress, quiet
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset import release
@@ -57,7 +57,7 @@ def new_run_id(config: RunConfig) -> str:
     return f"{config.name}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{config.fingerprint()[:6]}"
 
 
-def plan_run(settings: Settings, config: RunConfig, run_id: str | None = None) -> str:
+def plan_run(settings: Settings, config: RunConfig, run_id: str | None = None, progress: Progress = quiet) -> str:
     """Stage 1: persist the plan (in the results store and as plan.json) and return the run id."""
     rel = release.load(settings.tasks_dir, config.testset_version)
     config = config.model_copy(update={"testset_version": rel.version})
@@ -70,6 +70,9 @@ def plan_run(settings: Settings, config: RunConfig, run_id: str | None = None) -
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_text(config.model_dump_json(indent=2, exclude={"api_key"}), encoding="utf-8")
     (d / "plan.json").write_text(json.dumps([i.model_dump() for i in instances], indent=1), encoding="utf-8")
+    chosen = {i.task_id for i in instances}
+    what = sampled_cells(rel.tasks, [t for t in rel.tasks if t.id in chosen]) if config.limit else "every task"
+    progress(f"run {run_id}: planned {len(instances)} instances over {what}")
     return run_id
 
 
@@ -105,7 +108,12 @@ def score_run(settings: Settings, run_id: str, progress: Progress = quiet, *, sa
     tasks = release.load(settings.tasks_dir, testset_version).by_id()
     trajectories = store.trajectories(settings, run_id)
     repeats = {i.instance_id: i.repeat for i in instances}
-    executor = ReadOnlyExecutor(agent_url(settings), timeout_ms=config.sql_timeout_ms * 2)
+    executor = ReadOnlyExecutor(
+        settings.agent_url(),
+        timeout_ms=config.sql_timeout_ms * 2,
+        max_bytes=config.max_result_bytes,
+        max_row_bytes=config.max_row_bytes,
+    )
     gold = GoldCache(executor)
     judge = _judge(config)
     try:
@@ -207,8 +215,7 @@ def run_all(
     track: bool = True,
     run_id: str | None = None,
 ) -> dict[str, Any]:
-    run_id = plan_run(settings, config, run_id)
-    progress(f"run {run_id}: planned")
+    run_id = plan_run(settings, config, run_id, progress)
     reports: list[ShardReport] = []
     for shard in range(config.shards):
         reports.append(execute_shard(settings, run_id, shard, progress=shard_progress))

@@ -15,8 +15,8 @@ from psycopg.types.json import Jsonb
 from evalpkg.agent.trajectory import Trajectory
 from evalpkg.db import connect
 from evalpkg.errors import DataError
-from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.plan import Instance
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import RESULTS_DB, Settings
 
 DDL = """

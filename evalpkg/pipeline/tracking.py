@@ -16,10 +16,10 @@ from typing import Any
 
 from evalpkg.agent.trajectory import Trajectory
 from evalpkg.errors import ServiceError
-from evalpkg.pipeline.comparator import COMPARATOR_VERSION
-from evalpkg.pipeline.config import RunConfig
+from evalpkg.grading.comparator import COMPARATOR_VERSION
 from evalpkg.pipeline.metrics import flat_metrics, summarize
 from evalpkg.pipeline.score import InstanceScore
+from evalpkg.runconfig import RunConfig
 
 EXPERIMENT = "emr-agent-benchmark"
 RUN_ID_TAG = "evalpkg.run_id"  # on the parent and every child: the evalpkg run they belong to

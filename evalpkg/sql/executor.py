@@ -1,12 +1,15 @@
-"""Database-level guard: the agents' read-only role, a read-only transaction, a per-statement timeout
-and a row cap enforced while fetching. The role's own defaults can be switched off by the role
-itself, so every statement sets its limits again inside its transaction. Statements borrow one of a
-few pooled sessions, so a shard's many dialogues need few PostgreSQL connections."""
+"""Database-level guard: the agents' read-only role, a read-only transaction, a per-statement timeout,
+and a row cap and byte caps enforced while fetching (the server refuses to send a row over the row-byte
+cap; the harness fetches in batches that cannot overshoot the result-byte cap). The role's own
+defaults can be switched off by the role itself, so every statement sets its limits again inside its
+transaction. Statements borrow one of a few pooled sessions, so a shard's many dialogues need few
+PostgreSQL connections."""
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -23,11 +26,23 @@ from evalpkg.sql.guard import check
 
 DEFAULT_TIMEOUT_MS = 5_000
 DEFAULT_ROW_CAP = 10_000
+DEFAULT_MAX_RESULT_BYTES = 8 * 2**20  # what one result may bring into the harness
+DEFAULT_MAX_ROW_BYTES = 256 * 2**10  # one row, so one value, as the server measures it (pg_column_size)
+MAX_FETCH_ROWS = 1_000  # rows per FETCH, at most
 COUNT_BUDGET_MS = 1_000  # counting the rows past the cap is worth this much server time, no more
+# The server raises this (as an invalid boolean) instead of sending a row over the row-byte cap.
+OVERSIZED_ROW = "evalpkg: oversized row of "
 
 
 class QueryFailed(Exception):
     """The database refused or cancelled the query; one line for the model."""
+
+
+class ResultTooLarge(QueryFailed):
+    """The result (or one of its rows) was over its byte cap; the statement was ended on the server."""
+
+    def __init__(self, max_bytes: int, what: str = "") -> None:
+        super().__init__(f"the result was larger than {max_bytes} bytes{what}; select fewer or shorter values")
 
 
 @dataclass
@@ -82,19 +97,42 @@ class Fetched:
 
 
 def run_on(
-    conn: psycopg.Connection, sql: str, *, timeout_ms: int, row_cap: int | None, checked: bool = False
+    conn: psycopg.Connection,
+    sql: str,
+    *,
+    timeout_ms: int,
+    row_cap: int | None,
+    checked: bool = False,
+    max_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
 ) -> Fetched:
     """The one path a query takes, an agent's or a gold: the parse guard, then a read-only transaction
     with a statement timeout, and a server-side cursor that lets at most row_cap + 1 rows (all of them
-    when row_cap is None) reach this process."""
+    when row_cap is None) and at most `max_bytes` reach this process: the server measures each row and
+    refuses to send one over `max_row_bytes`, so a batch of n rows brings at most n * max_row_bytes."""
     if not checked:
         check(sql)  # raises SqlRefused
     try:
         with read_only_transaction(conn, timeout_ms):
-            conn.execute(f"declare agent_query no scroll cursor for {sql}")  # parse-checked above
-            cur = conn.execute(f"fetch forward {'all' if row_cap is None else row_cap + 1} from agent_query")
-            columns = [d.name for d in cur.description or []]
-            fetched = cur.fetchall()
+            measured = _measured(without_final_semicolon(sql), max_row_bytes)
+            conn.execute(f"declare agent_query no scroll cursor for {measured}")
+            columns: list[str] = []
+            fetched: list[tuple[Any, ...]] = []
+            used = 0
+            want = None if row_cap is None else row_cap + 1
+            while want is None or len(fetched) < want:
+                batch = max(1, min(MAX_FETCH_ROWS, (max_bytes - used) // max_row_bytes))
+                if want is not None:
+                    batch = min(batch, want - len(fetched))
+                cur = conn.execute(f"fetch forward {batch} from agent_query")
+                columns = [d.name for d in cur.description or []][:-1]  # the last is the row's size
+                rows = cur.fetchall()
+                used += sum(row[-1] for row in rows)
+                if used > max_bytes:
+                    raise ResultTooLarge(max_bytes)  # the transaction ends: the server stops the statement
+                fetched += [row[:-1] for row in rows]
+                if len(rows) < batch:
+                    break
             total, known = len(fetched), True
             capped = row_cap is not None and total > row_cap
             if capped:
@@ -102,9 +140,32 @@ def run_on(
                 total, known = _count_rest(conn, total, timeout_ms)
     except psycopg.errors.QueryCanceled as exc:
         raise QueryFailed(f"query cancelled after the {timeout_ms} ms statement timeout") from exc
+    except psycopg.errors.InvalidTextRepresentation as exc:
+        if OVERSIZED_ROW in str(exc):
+            raise ResultTooLarge(max_row_bytes, " in one row") from exc
+        raise QueryFailed(first_line(exc)) from exc
     except psycopg.Error as exc:
         raise QueryFailed(first_line(exc)) from exc
     return Fetched(columns, fetched, total, capped, known)
+
+
+def without_final_semicolon(sql: str) -> str:
+    """The statement without its final semicolon, so that it can be a subquery."""
+    blanked = re.sub(r"--[^\n]*|/\*.*?\*/", lambda m: " " * len(m.group()), sql, flags=re.DOTALL)
+    end = len(blanked.rstrip())
+    return sql[: end - 1] + sql[end:] if end and blanked[end - 1] == ";" else sql
+
+
+def _measured(sql: str, max_row_bytes: int) -> str:
+    """The query's columns and, last, each row's size in bytes; the server raises instead of sending a
+    row over the cap. OFFSET 0 keeps the query a subquery of its own, so that each value is computed
+    once (not again for the size and the check); the query stands on lines of its own, so that a last
+    line comment ends there."""
+    return (
+        f"select q.*, pg_column_size(q)::bigint from (select * from (\n{sql}\n) as fenced offset 0) as q "
+        f"where case when pg_column_size(q) <= {int(max_row_bytes)} then true "
+        f"else ('{OVERSIZED_ROW}' || pg_column_size(q) || ' bytes')::boolean end"
+    )
 
 
 def _count_rest(conn: psycopg.Connection, fetched: int, timeout_ms: int) -> tuple[int, bool]:
@@ -115,6 +176,8 @@ def _count_rest(conn: psycopg.Connection, fetched: int, timeout_ms: int) -> tupl
             conn.execute("select set_config('statement_timeout', %s, true)", (budget,))
             return fetched + conn.execute("move forward all in agent_query").rowcount, True
     except (psycopg.errors.QueryCanceled, psycopg.errors.ConfigurationLimitExceeded):
+        return fetched, False
+    except psycopg.errors.InvalidTextRepresentation:  # an oversized row past the cap: never sent, not counted
         return fetched, False
 
 
@@ -127,11 +190,15 @@ class ReadOnlyExecutor:
         *,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
         row_cap: int | None = DEFAULT_ROW_CAP,
+        max_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
         pool_size: int = 1,
     ) -> None:
         self.url = url
         self.timeout_ms = timeout_ms
         self.row_cap = row_cap  # None: every row (golds, which are compared whole)
+        self.max_bytes = max_bytes
+        self.max_row_bytes = max_row_bytes
         self.pool_size = pool_size
         self._pool: ConnectionPool | None = None
         self._lock = threading.Lock()
@@ -170,7 +237,15 @@ class ReadOnlyExecutor:
         t0 = time.perf_counter()
         try:
             with self._session() as conn:
-                got = run_on(conn, sql, timeout_ms=self.timeout_ms, row_cap=self.row_cap, checked=True)
+                got = run_on(
+                    conn,
+                    sql,
+                    timeout_ms=self.timeout_ms,
+                    row_cap=self.row_cap,
+                    checked=True,
+                    max_bytes=self.max_bytes,
+                    max_row_bytes=self.max_row_bytes,
+                )
         except psycopg.Error as exc:  # handing the session back failed
             raise QueryFailed(first_line(exc)) from exc
         rows = [[jsonable(v) for v in r] for r in got.rows]

@@ -13,8 +13,8 @@ from psycopg import sql
 from evalpkg.db import connect, first_line
 from evalpkg.errors import SyncError
 from evalpkg.interrupts import held_interrupts
+from evalpkg.services.bootstrap import MART_SCHEMAS
 from evalpkg.settings import AGENT_ROLE, EVAL_DB, SYNC_ROLE, Settings
-from evalpkg.sync.bootstrap import MART_SCHEMAS
 from evalpkg.sync.dbt import BUILD_SUFFIX
 
 OLD_SUFFIX = "__old"  # the snapshot just replaced, dropped right after (or by the next sync)

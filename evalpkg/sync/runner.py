@@ -15,8 +15,9 @@ from evalpkg.errors import ConfigError
 from evalpkg.expectations import ValidationReport
 from evalpkg.interrupts import held_interrupts
 from evalpkg.progress import Progress, quiet
+from evalpkg.services import bootstrap
 from evalpkg.settings import EVAL_DB, Settings
-from evalpkg.sync import bootstrap, publish
+from evalpkg.sync import publish
 from evalpkg.sync.dbt import BUILD_SUFFIX, NodeResult, incremental_models, parse, run_dbt
 from evalpkg.sync.publish import PUBLISHED
 from evalpkg.sync.validate import validate_eval_db
@@ -55,8 +56,14 @@ def prepare(settings: Settings) -> None:
     bootstrap.ensure_foreign_server(settings)
 
 
-def start_build(settings: Settings, *, full_refresh: bool = False) -> Any:
-    """Fresh build schemas (incremental models seeded from the published snapshot); dbt's manifest."""
+# The sync, in order; `run_sync` runs them in one process, the ehr_deid_sync DAG as tasks (its dbt build
+# step is the Cosmos task group): 1. begin_build, 2. dbt build, 3. check_build, 4. publish_build.
+
+
+def begin_build(settings: Settings, *, full_refresh: bool = False) -> Any:
+    """Roles, grants and the foreign link, then fresh build schemas (incremental models seeded from the
+    published snapshot); dbt's manifest."""
+    prepare(settings)
     manifest = parse(settings, build=True)
     publish.reset_build(settings, incremental_models(manifest), full_refresh=full_refresh)
     return manifest
@@ -68,6 +75,18 @@ def analyze_build(settings: Settings) -> None:
     with connect(settings.db_url(EVAL_DB)) as conn:
         for schema, table in publish.build_tables(conn):
             conn.execute(f'analyze "{schema}"."{table}"')
+
+
+def check_build(settings: Settings) -> ValidationReport:
+    """Fresh statistics, then the GX suite on the build, before anything is published."""
+    analyze_build(settings)
+    return validate_eval_db(settings, suffix=BUILD_SUFFIX)
+
+
+def publish_build(settings: Settings) -> None:
+    """The validated build becomes what agents query, in one transaction; the replaced tables go."""
+    publish.publish(settings)
+    publish.drop_replaced(settings)
 
 
 def run_sync(
@@ -83,8 +102,7 @@ def run_sync(
             report = _build_and_check(settings, full_refresh, validate, progress)
             raise_if_interrupted()  # a Ctrl-C whose KeyboardInterrupt a library swallowed still stops here
             publishing = True
-            publish.publish(settings)
-            publish.drop_replaced(settings)
+            publish_build(settings)
     except KeyboardInterrupt as exc:
         if str(exc):
             raise
@@ -95,15 +113,13 @@ def run_sync(
 def _build_and_check(settings: Settings, full_refresh: bool, validate: bool, progress: Progress) -> SyncReport:
     report = SyncReport()
     t0 = time.perf_counter()
-    prepare(settings)
-    manifest = start_build(settings, full_refresh=full_refresh)
+    manifest = begin_build(settings, full_refresh=full_refresh)
     report.seconds["prepare"] = time.perf_counter() - t0
     progress("running dbt build (staging -> marts, data and unit tests)")
     t1 = time.perf_counter()
     extra = ["--full-refresh"] if full_refresh else []
     report.nodes = run_dbt(settings, "build", *extra, build=True, manifest=manifest)
     report.seconds["dbt"] = time.perf_counter() - t1
-    analyze_build(settings)
     with connect(settings.db_url(EVAL_DB)) as conn:
         for table in EVAL_TABLES:
             row = conn.execute(f"select count(*) from emr{BUILD_SUFFIX}.{table}").fetchone()
@@ -113,6 +129,8 @@ def _build_and_check(settings: Settings, full_refresh: bool, validate: bool, pro
     if validate:
         progress("validating the eval DB with Great Expectations")
         t2 = time.perf_counter()
-        report.validation = validate_eval_db(settings, suffix=BUILD_SUFFIX)
+        report.validation = check_build(settings)
         report.seconds["gx"] = time.perf_counter() - t2
+    else:
+        analyze_build(settings)
     return report

@@ -9,8 +9,8 @@ from typing import Any
 from evalpkg.db import connect
 from evalpkg.errors import SyncError
 from evalpkg.expectations import BatchSpec, ValidationReport, load_suite, validate_sql
+from evalpkg.services.bootstrap import MART_SCHEMAS
 from evalpkg.settings import EVAL_DB, PROD_DB, Settings
-from evalpkg.sync.bootstrap import MART_SCHEMAS
 
 # Checked by their own format expectations; hex digests would look like phone numbers.
 PSEUDONYM_COLUMNS = ("patient_id", "visit_id")

@@ -33,7 +33,7 @@ from evalpkg.testset.params import Value, chosen, domains
 from evalpkg.testset.validate import gold_executor
 
 if TYPE_CHECKING:
-    from evalpkg.pipeline.score import GoldCache
+    from evalpkg.grading.execution import GoldCache
     from evalpkg.sql.executor import ReadOnlyExecutor
 
 ANNOTATIONS = "annotations"
@@ -99,7 +99,7 @@ def measure(
     settings: Settings, annotation: Annotation, version: str | None = None, *, progress: Progress = quiet
 ) -> AgreementFile:
     """Run the annotator's SQL for every task of the release next to its gold and compare."""
-    from evalpkg.pipeline.score import GoldCache
+    from evalpkg.grading.execution import GoldCache
 
     rel = release.load(settings.tasks_dir, version)
     with agent_connection(settings) as conn:
@@ -140,7 +140,7 @@ def _sql_for(task: Task, annotation: Annotation, domain: dict[str, list[Value]])
 
 
 def _compare(task: Task, written: Written | None, gold: GoldCache, executor: ReadOnlyExecutor) -> TaskAgreement:
-    from evalpkg.pipeline.score import execution_match
+    from evalpkg.grading.execution import execution_match
 
     if written is None:
         return TaskAgreement(task_id=task.id, agreement=0.0, detail="not annotated")

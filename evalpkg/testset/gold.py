@@ -11,8 +11,7 @@ from typing import Any
 import psycopg
 
 from evalpkg.db import connect
-from evalpkg.dburl import with_user
-from evalpkg.settings import AGENT_ROLE, EVAL_DB, Settings
+from evalpkg.settings import Settings
 from evalpkg.sql.executor import QueryFailed, run_on
 from evalpkg.sql.guard import SqlRefused
 
@@ -25,7 +24,7 @@ class GoldError(Exception):
 
 @contextmanager
 def agent_connection(settings: Settings) -> Iterator[psycopg.Connection]:
-    with connect(with_user(settings.db_url(EVAL_DB), AGENT_ROLE, settings.agent_password), autocommit=False) as conn:
+    with connect(settings.agent_url(), autocommit=False) as conn:
         yield conn
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from sqlglot import exp
 
 from evalpkg.errors import SqlParseError
-from evalpkg.pipeline.comparator import match, order_key_columns
+from evalpkg.grading.comparator import match, order_key_columns
 from evalpkg.sql.executor import QueryFailed
 from evalpkg.sql.guard import SqlRefused
 from evalpkg.sql.parse import parse_statement

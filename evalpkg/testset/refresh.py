@@ -233,8 +233,21 @@ def review(
     return len(ids)
 
 
+def recover_release(settings: Settings) -> None:
+    """Finish or undo what an interrupted release left (release.recover), and mark the candidates a
+    release killed outright after its rename had shipped, so that they are not released twice."""
+    release.recover(settings.tasks_dir)
+    waiting = [(p, c) for p, c in load_queue(settings) if c.status == "approved" and not c.released_in]
+    shipped = release.first_released_in(settings.tasks_dir) if waiting else {}
+    for path, cand in waiting:
+        if cand.task.id in shipped:
+            _save(path, cand.model_copy(update={"released_in": shipped[cand.task.id]}))
+
+
 def release_approved(settings: Settings) -> release.Release | None:
-    """The next version: the latest release plus every approved, unreleased candidate."""
+    """The next version: the latest release plus every approved, unreleased candidate (after recovering
+    from an interrupted release, for the CLI and the DAG alike)."""
+    recover_release(settings)
     approved = [(p, c) for p, c in load_queue(settings) if c.status == "approved" and not c.released_in]
     if not approved:
         return None

@@ -198,7 +198,7 @@ def mutate(sql: str, rewrite: str) -> Mutation:
 
 
 def perturb_sql(sql: str, kind: str) -> str:
-    """The perturbation agents' defects (pipeline.config.PERTURBATIONS): the SQL unchanged where the
+    """The perturbation agents' defects (runconfig.PERTURBATIONS): the SQL unchanged where the
     rewrite does not apply or the kind is not a SQL rewrite."""
     rewrite = PERTURBATION_REWRITES.get(kind, kind)
     return (mutate(sql, rewrite).sql or sql) if rewrite in REWRITES else sql
@@ -258,7 +258,7 @@ def measure(tasks: Iterable[Task], executor: ReadOnlyExecutor) -> list[Outcome]:
 
 
 def _outcome(task: Task, tag: str, executor: ReadOnlyExecutor) -> Outcome:
-    from evalpkg.pipeline.score import GoldCache, execution_match
+    from evalpkg.grading.execution import GoldCache, execution_match
     from evalpkg.sql.executor import QueryFailed
     from evalpkg.sql.guard import SqlRefused
 

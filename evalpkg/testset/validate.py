@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from evalpkg.db import first_line
-from evalpkg.dburl import with_user
 from evalpkg.errors import DataError
 from evalpkg.expectations import ValidationReport, load_suite, validate_frames
 from evalpkg.progress import Progress, quiet
-from evalpkg.settings import AGENT_ROLE, EVAL_DB, Settings
+from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint
 from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.sql.guard import SqlRefused
@@ -200,7 +199,7 @@ def discrimination(settings: Settings, tasks: list[Task]) -> tuple[str, list[tra
 
 
 def gold_executor(settings: Settings) -> MemoExecutor:
-    return MemoExecutor(with_user(settings.db_url(EVAL_DB), AGENT_ROLE, settings.agent_password), GOLD_TIMEOUT_MS)
+    return MemoExecutor(settings.agent_url(), GOLD_TIMEOUT_MS)
 
 
 class MemoExecutor(ReadOnlyExecutor):

@@ -45,8 +45,8 @@ def build(
 ) -> Iterator[tuple[World, Settings]]:
     """Each world in turn, synced in one scratch cluster (the next world replaces the previous one)."""
     from evalpkg.prod.generator import generate
+    from evalpkg.services import bootstrap
     from evalpkg.services.stack import scratch_cluster
-    from evalpkg.sync import bootstrap
     from evalpkg.sync.runner import run_sync
 
     with scratch_cluster(**({"tasks_dir": tasks_dir} if tasks_dir else {})) as scratch:

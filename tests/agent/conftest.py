@@ -7,7 +7,7 @@ import pytest
 
 from evalpkg.agent.session import build_executor, build_toolkit, load_shared
 from evalpkg.agent.tools import Shared, Toolkit
-from evalpkg.pipeline.config import RunConfig
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.sync.runner import SyncReport

@@ -23,6 +23,7 @@ class FakeEndpoint:
         self.clarify = clarify
         self.requests = self.in_flight = self.peak = 0
         self.connections: set[int] = set()  # client ports
+        self.max_tokens: list[int | None] = []  # what each request asked for
         self.lock = threading.Lock()
 
     def reply(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -50,6 +51,7 @@ class FakeEndpoint:
             self.in_flight += 1
             self.peak = max(self.peak, self.in_flight)
             self.connections.add(handler.client_address[1])
+            self.max_tokens.append(body.get("max_tokens"))
             status = self.failures.pop(0) if self.failures else 200
         try:
             time.sleep(self.delay_s)

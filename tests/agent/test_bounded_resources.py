@@ -10,16 +10,19 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
+from typing import Any
+
+import pytest
 
 from evalpkg.agent.cache import ENTRY_ROWS, ToolCache
 from evalpkg.agent.loop import run_dialogue
 from evalpkg.agent.policies import ScriptedPolicy
-from evalpkg.agent.session import agent_url
+from evalpkg.agent.trajectory import Trajectory
 from evalpkg.db import connect
-from evalpkg.pipeline.config import RunConfig
+from evalpkg.runconfig import RunConfig
+from evalpkg.services.bootstrap import AGENT_TEMP_FILE_LIMIT, AGENT_WORK_MEM
 from evalpkg.settings import Settings
-from evalpkg.sql.executor import DEFAULT_ROW_CAP, QueryResult, ReadOnlyExecutor
-from evalpkg.sync.bootstrap import AGENT_TEMP_FILE_LIMIT, AGENT_WORK_MEM
+from evalpkg.sql.executor import DEFAULT_MAX_ROW_BYTES, DEFAULT_ROW_CAP, QueryResult, ReadOnlyExecutor
 from tests.agent.conftest import NewToolkit
 
 CROSS_JOIN = "select * from emr.t_lab_result a cross join emr.t_lab_result b"
@@ -86,7 +89,7 @@ def test_runaway_queries_stay_out_of_harness_memory_and_the_dialogue_goes_on(new
 
 
 def test_capped_results_report_the_true_total_when_it_is_cheap(generated: Settings) -> None:
-    executor = ReadOnlyExecutor(agent_url(generated), row_cap=100)
+    executor = ReadOnlyExecutor(generated.agent_url(), row_cap=100)
     try:
         result = executor.run("select g from generate_series(1, 5000) as g")
     finally:
@@ -95,7 +98,7 @@ def test_capped_results_report_the_true_total_when_it_is_cheap(generated: Settin
 
 
 def test_many_threads_share_a_few_sessions(generated: Settings) -> None:
-    executor = ReadOnlyExecutor(agent_url(generated), pool_size=3)
+    executor = ReadOnlyExecutor(generated.agent_url(), pool_size=3)
     try:
         with ThreadPoolExecutor(24) as pool:
             results = list(
@@ -115,13 +118,13 @@ def test_tool_cache_is_bounded_by_the_rows_it_holds() -> None:
 
 
 def test_agent_role_has_memory_and_temp_file_limits(generated: Settings) -> None:
-    with connect(agent_url(generated)) as conn:
+    with connect(generated.agent_url()) as conn:
         assert conn.execute("show work_mem").fetchone() == (AGENT_WORK_MEM,)
         assert conn.execute("show temp_file_limit").fetchone() == (AGENT_TEMP_FILE_LIMIT,)
 
 
 def test_pool_wait_is_a_tool_error_not_a_crash(generated: Settings, new_toolkit: NewToolkit) -> None:
-    executor = ReadOnlyExecutor(agent_url(generated), timeout_ms=3000)
+    executor = ReadOnlyExecutor(generated.agent_url(), timeout_ms=3000)
     toolkit = new_toolkit()
     toolkit.executor = executor
     try:
@@ -135,3 +138,96 @@ def test_pool_wait_is_a_tool_error_not_a_crash(generated: Settings, new_toolkit:
         assert toolkit.call("execute_sql", {"sql": "select 3 as three"}).content["rows"] == [[3]]
     finally:
         executor.close()
+
+
+ONE_GIGABYTE_VALUE = "SELECT repeat('x', 1000000000)"
+THREE_GIGABYTE_AGGREGATE = "SELECT string_agg(md5(g::text), '') FROM generate_series(1, 100000000) g"
+MANY_BIG_ROWS = "select repeat('y', 200000) as v from generate_series(1, 200) g"  # 40 MB in rows under the row cap
+THREE_MB_AGGREGATE = "SELECT string_agg(md5(g::text), '') FROM generate_series(1, 100000) g"
+
+
+def test_huge_values_never_reach_the_harness_and_every_dialogue_goes_on(new_toolkit: NewToolkit) -> None:
+    """8 dialogues at once, each sending values of a gigabyte (and a result of 40 MB in 200 KB rows, over
+    a 2 MB result cap): the server refuses to send them, the model gets one sentence, the dialogue goes on."""
+    config = RunConfig(sql_timeout_ms=4000, max_result_bytes=2 * 2**20)
+    toolkits = [new_toolkit(config) for _ in range(8)]
+    executor = toolkits[0].executor
+    with ThreadPoolExecutor(8) as pool:  # every pooled session open before measuring
+        list(pool.map(lambda _: executor.run("select pg_sleep(0.1)"), range(8)))
+    plan = [
+        [("execute_sql", {"sql": sql})]
+        for sql in (ONE_GIGABYTE_VALUE, THREE_GIGABYTE_AGGREGATE, MANY_BIG_ROWS, THREE_MB_AGGREGATE)
+    ]
+    plan.append([("execute_sql", {"sql": "select count(*) as n from emr.t_patient_info"})])
+
+    def dialogue(i: int) -> Trajectory:
+        return run_dialogue(
+            ScriptedPolicy("huge", [list(step) for step in plan], final="done"),
+            toolkits[i],
+            instance_id=f"i-{i}",
+            task_id="t-1",
+            language="zh",
+            complexity="plain",
+            question="q",
+        )
+
+    with PeakRss() as rss, ThreadPoolExecutor(8) as pool:
+        trajectories = list(pool.map(dialogue, range(8)))
+    print(f"\n8 dialogues of gigabyte values: the harness grew {rss.growth_mb:.1f} MB at its peak")
+    assert rss.growth_mb <= 64, f"the harness grew {rss.growth_mb:.0f} MB"
+    too_large_row = (
+        f"the result was larger than {config.max_row_bytes} bytes in one row; select fewer or shorter values"
+    )
+    timed_out = "query cancelled after the 4000 ms statement timeout"
+    for traj in trajectories:
+        one_gb, three_gb, many_rows, three_mb, count = traj.tool_calls()
+        # computing a gigabyte takes the server seconds: with 8 at once on 2 cores, the timeout may come first
+        assert not one_gb.ok and one_gb.error in (too_large_row, timed_out)
+        assert not three_gb.ok and three_gb.error == timed_out
+        assert not three_mb.ok and three_mb.error == too_large_row
+        assert not many_rows.ok and many_rows.error == (
+            f"the result was larger than {config.max_result_bytes} bytes; select fewer or shorter values"
+        )
+        assert count.ok and json.loads(count.result)["rows"][0][0] > 0
+        assert traj.stop_reason == "final_answer" and traj.final_answer == "done"
+
+
+def test_a_gigabyte_value_the_server_finishes_is_refused_before_it_is_sent(new_toolkit: NewToolkit) -> None:
+    toolkit = new_toolkit(RunConfig(sql_timeout_ms=60_000))
+    toolkit.executor.run("select 1")
+    with PeakRss() as rss:
+        result = toolkit.call("execute_sql", {"sql": ONE_GIGABYTE_VALUE})
+    print(f"\na gigabyte value the server computed in {result.elapsed_ms / 1000:.1f}s: grew {rss.growth_mb:.1f} MB")
+    assert rss.growth_mb <= 64, f"the harness grew {rss.growth_mb:.0f} MB"
+    assert not result.ok and result.error == (
+        f"the result was larger than {DEFAULT_MAX_ROW_BYTES} bytes in one row; select fewer or shorter values"
+    )
+
+
+def test_a_gold_over_the_byte_cap_is_an_error_not_a_truncated_result(generated: Settings) -> None:
+    from evalpkg.testset.gold import GoldError, agent_connection, run_gold
+
+    with agent_connection(generated) as conn:
+        assert len(run_gold(conn, "select repeat('z', 1000) as v from generate_series(1, 50) g")) == 50
+        with pytest.raises(GoldError, match=r"^the result was larger than 262144 bytes in one row"):
+            run_gold(conn, "select repeat('z', 300000) as v")
+        # the statement ended with its transaction: the session is usable at once
+        assert run_gold(conn, "select 1 as one;") == [(1,)]  # a final semicolon
+
+
+@pytest.mark.parametrize(
+    ("sql", "rows", "why"),
+    [
+        ("select 1 as a, 2 as a", [(1, 2)], "duplicate column names"),
+        ("select", [()], "no columns at all"),
+        ("with t as (select 3 as x) select x from t order by x", [(3,)], "a CTE and ORDER BY"),
+        ("select g from generate_series(1, 3) g order by g desc limit 2", [(3,), (2,)], "order and limit kept"),
+        ("select null::text as t", [(None,)], "a NULL has no size"),
+        ("select 1 as x\n-- a last line comment", [(1,)], "a comment on the last line"),
+    ],
+)
+def test_measured_queries_return_what_the_query_returns(generated: Settings, sql: str, rows: Any, why: str) -> None:
+    from evalpkg.testset.gold import agent_connection, run_gold
+
+    with agent_connection(generated) as conn:
+        assert run_gold(conn, sql) == rows, why

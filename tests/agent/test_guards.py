@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evalpkg.pipeline.config import RunConfig
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.sql.guard import SqlRefused, check
 from tests.agent.conftest import NewToolkit

@@ -4,6 +4,7 @@ limit over reused connections, and trajectories stored before retries were recor
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -61,3 +62,21 @@ def test_requests_in_flight_stay_under_the_limit_over_reused_connections() -> No
         client.close()
     assert endpoint.requests == 36 and endpoint.peak == 3
     assert len(endpoint.connections) <= 3  # kept alive and shared, not one per call
+
+
+def test_every_call_is_bounded_in_tokens_and_ends_by_the_dialogue_deadline(new_toolkit: NewToolkit) -> None:
+    with serving(endpoint := FakeEndpoint()) as url:
+        traj = dialogue(url, new_toolkit, max_tokens=77)
+    assert traj.stop_reason == "final_answer" and endpoint.max_tokens == [77, 77]
+    slow = FakeEndpoint(delay_s=5)
+    with serving(slow) as url:
+        client = ModelClient(url, timeout_s=60)
+        policy = OpenAIPolicy(client=client, model="m", deadline=time.monotonic() + 1)
+        t0 = time.monotonic()
+        traj = run_dialogue(
+            policy, new_toolkit(), instance_id="i-2", task_id="t-1", language="zh", complexity="plain", question="q"
+        )
+        client.close()
+    assert traj.stop_reason == "model_error" and "APITimeoutError" in traj.steps[0].parse_error
+    assert time.monotonic() - t0 < 3  # the dialogue's deadline, not the client's 60 s
+    assert slow.max_tokens == [1024]  # the default bound

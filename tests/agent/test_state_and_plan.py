@@ -14,11 +14,10 @@ from evalpkg.agent.llm_user import LLMUser
 from evalpkg.agent.loop import system_prompt
 from evalpkg.agent.plan_tools import PLAN_TOOL_NAMES, PlanToolkit
 from evalpkg.agent.planner import Plan, PlanError, compile_plan
-from evalpkg.agent.session import agent_url
 from evalpkg.agent.state import QueryState, asked, merge
 from evalpkg.agent.tools import STATE_TOOL, TOOL_NAMES, Shared, Toolkit
 from evalpkg.agent.write_risk import assess
-from evalpkg.pipeline.config import RunConfig
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset.gold import agent_connection, run_gold
@@ -177,7 +176,7 @@ def test_values_are_quoted_not_injected(shared: Shared) -> None:
 
 
 def test_catalog_tools_and_submit_plan(generated: Settings, shared: Shared) -> None:
-    tk = PlanToolkit(shared=shared, executor=ReadOnlyExecutor(agent_url(generated)), tool_names=PLAN_TOOL_NAMES)
+    tk = PlanToolkit(shared=shared, executor=ReadOnlyExecutor(generated.agent_url()), tool_names=PLAN_TOOL_NAMES)
     assert "t_lab_result" in tk.call("list_all_tables", {}).content["tables"]
     rows = {
         t: tk.call("get_table_row_count", {"table_name": t}).content["rows"] for t in ("t_zy_visit", "t_lab_result")

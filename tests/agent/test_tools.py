@@ -15,7 +15,7 @@ from evalpkg.agent.plan_tools import PLAN_TOOL_NAMES, PlanToolkit
 from evalpkg.agent.tools import STATE_TOOL, TOOL_NAMES, Shared, Toolkit
 from evalpkg.agent.user_sim import ScriptedUser
 from evalpkg.errors import ConfigError
-from evalpkg.pipeline.config import RunConfig
+from evalpkg.runconfig import RunConfig
 from evalpkg.sql.executor import DEFAULT_ROW_CAP
 from evalpkg.testset.models import HiddenSlot, Language, Task
 from tests.agent.conftest import NewToolkit

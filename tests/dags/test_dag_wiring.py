@@ -18,7 +18,7 @@ import pytest
 
 from evalpkg import orchestration
 from evalpkg.agent.trajectory import Trajectory
-from evalpkg.pipeline.config import RunConfig
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import PROJECT_ROOT
 
 DAG_FILES = sorted((PROJECT_ROOT / "dags").glob("*.py"))
@@ -193,3 +193,6 @@ def test_tracking_a_run_again_reuses_its_parent_run(tmp_path: Path, monkeypatch:
     assert len(runs) == 3
     traces = client.search_traces(locations=[experiment.experiment_id], run_id=parent, include_spans=False)
     assert len(traces) == len(trajectories)  # the failed attempt's trace was replaced, not kept beside
+
+
+pytestmark = pytest.mark.server  # Airflow, dbt or the CLI starting its own services: not in --quick

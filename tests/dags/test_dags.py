@@ -210,3 +210,6 @@ def test_testset_refresh_mines_last_month_into_the_review_queue(dagbag: Any, tmp
     queued = list((tasks_dir / "review" / "2026-10").glob("*.json"))
     assert queued  # October's tickets became candidates, waiting for review
     assert sorted(p.name for p in tasks_dir.iterdir() if p.name.startswith("v")) == released  # nothing unreviewed
+
+
+pytestmark = pytest.mark.server  # Airflow, dbt or the CLI starting its own services: not in --quick

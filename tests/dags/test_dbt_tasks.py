@@ -127,3 +127,6 @@ def test_dag_tasks_pass_the_unit_tests_and_write_nothing_into_the_checkout(dagba
     assert set(ran["unit_tests"].xcom_pull(task_ids="unit_tests")) == UNIT_TESTS
     assert _size(log) > log_size  # evalpkg's dbt logged under the state directory ...
     assert _checkout_files() == before  # ... and neither it nor Cosmos wrote into the checkout
+
+
+pytestmark = pytest.mark.server  # Airflow, dbt or the CLI starting its own services: not in --quick

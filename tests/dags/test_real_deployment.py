@@ -142,3 +142,6 @@ def test_real_agent_eval_maps_shards_on_the_gpu_pool_and_tracks(deployment: Depl
     parent = client.get_run(row[1])
     children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{row[1]}'")
     assert len(children) == 2
+
+
+pytestmark = pytest.mark.server  # Airflow, dbt or the CLI starting its own services: not in --quick

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.execute import execute_shard
 from evalpkg.pipeline.run import Scored, plan_run, score_run
 from evalpkg.pipeline.score import InstanceScore
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.testset.models import Task
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from evalpkg.pipeline.comparator import COMPARATOR_VERSION, explain, match, order_key_columns
+from evalpkg.grading.comparator import COMPARATOR_VERSION, explain, match, order_key_columns
 
 GOLD = [[1, "a", 2.5], [1, "a", 2.5], [2, "b", None]]
 Rows = list[list[Any]] | None

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from evalpkg.prod.generator import generate
+from evalpkg.services import bootstrap
 from evalpkg.settings import PROD_DB, Settings
-from evalpkg.sync import bootstrap
 from evalpkg.sync.runner import run_sync
 from evalpkg.testset import release
 from evalpkg.testset.models import Complexity
@@ -28,6 +28,7 @@ def cluster() -> Iterator[Settings]:
         yield s
 
 
+@pytest.mark.server  # a scratch cluster per world
 @pytest.mark.parametrize(("patients", "seed"), WORLDS)
 def test_gold_is_perfect_in_another_world(cluster: Settings, patients: int, seed: int) -> None:
     generate(cluster.db_url(PROD_DB), patients, seed)

@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from evalpkg.agent.model_client import ModelClient
-from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.judge import Judge, verdict
 from evalpkg.pipeline.score import judged_coverage
+from evalpkg.runconfig import RunConfig
 from evalpkg.testset.models import Task
 from tests.agent.fake_endpoint import FakeEndpoint, serving
 from tests.testset.test_models_and_fingerprints import task_dict

@@ -30,9 +30,9 @@ import psycopg
 from benchmarks import concurrency
 from evalpkg.agent.trajectory import Trajectory
 from evalpkg.pipeline import store
-from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.run import plan_run, score_run
 from evalpkg.pipeline.score import InstanceScore
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import PROJECT_ROOT, Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release

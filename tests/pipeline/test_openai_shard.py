@@ -5,9 +5,9 @@ are recorded, and each instance is recorded exactly once."""
 from __future__ import annotations
 
 from evalpkg.pipeline import store
-from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.execute import execute_shard
 from evalpkg.pipeline.run import plan_run
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.sync.runner import SyncReport
 from tests.agent.fake_endpoint import FakeEndpoint, serving

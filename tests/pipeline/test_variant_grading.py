@@ -8,7 +8,8 @@ from typing import Any, cast
 import pytest
 
 from evalpkg.agent.trajectory import Trajectory
-from evalpkg.pipeline.score import GoldCache, InstanceScore, score_instance
+from evalpkg.grading.execution import GoldCache
+from evalpkg.pipeline.score import InstanceScore, score_instance
 from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.testset.models import Task
 

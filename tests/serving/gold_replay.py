@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import signal
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -36,9 +37,22 @@ def _arguments(raw: Any) -> dict[str, Any]:
 
 
 class GoldReplay(FakeEndpoint):
-    def __init__(self, tasks: list[Task], *, delay_s: float = 0.0, crash_after: int | None = None) -> None:
+    def __init__(
+        self,
+        tasks: list[Task],
+        *,
+        delay_s: float = 0.0,
+        crash_after: int | None = None,
+        stall_after: int | None = None,
+        stall_s: float = 0.0,
+    ) -> None:
         super().__init__(delay_s=delay_s)
         self.crash_after = crash_after  # the process dies on the next chat request after this many
+        # like llama.cpp generating a long answer: the next chat request after this many takes stall_s,
+        # and no health route answers meanwhile
+        self.stall_after = stall_after
+        self.stall_s = stall_s
+        self.busy_until = 0.0
         self.by_question: dict[str, list[tuple[Task, Language]]] = {}
         for task in tasks:
             for variant in task.variants:
@@ -48,7 +62,16 @@ class GoldReplay(FakeEndpoint):
         if self.crash_after is not None and self.requests >= self.crash_after:
             print(CRASH_LINE, flush=True)
             os._exit(1)
+        if self.stall_after is not None and self.requests == self.stall_after:
+            self.stall_after = None
+            self.busy_until = time.monotonic() + self.stall_s
+            print(f"INFO: generating a long answer for {self.stall_s:.0f}s; health routes wait", flush=True)
+            time.sleep(self.stall_s)
         return super().handle(handler)
+
+    def wait_while_busy(self) -> None:
+        while (left := self.busy_until - time.monotonic()) > 0:
+            time.sleep(min(left, 0.1))
 
     def reply(self, request: dict[str, Any]) -> dict[str, Any]:
         messages: list[dict[str, Any]] = request.get("messages", [])
@@ -105,6 +128,8 @@ def serve(endpoint: FakeEndpoint, host: str, port: int, served_name: str, health
             send_json(self, status, body)
 
         def do_GET(self) -> None:
+            if isinstance(endpoint, GoldReplay):
+                endpoint.wait_while_busy()
             if not healthy:
                 self._send(503, {"error": "loading"})
             elif self.path == "/health":
@@ -137,7 +162,8 @@ def serve(endpoint: FakeEndpoint, host: str, port: int, served_name: str, health
 def main(argv: list[str]) -> int:
     """`vllm --version` and `vllm serve MODEL --port P [--host H] [--served-model-name N] [...]`; the
     environment scripts failures: FAKE_VLLM_NEVER_HEALTHY=1, FAKE_VLLM_CRASH_AFTER=N (chat requests),
-    FAKE_VLLM_IGNORE_SIGTERM=1, FAKE_VLLM_DELAY_S (seconds per chat request)."""
+    FAKE_VLLM_IGNORE_SIGTERM=1, FAKE_VLLM_DELAY_S (seconds per chat request), FAKE_VLLM_STALL_AFTER=N
+    with FAKE_VLLM_STALL_S=S (the chat request after N takes S seconds, and health routes wait for it)."""
     if argv[:1] == ["--version"]:
         print(VERSION)
         return 0
@@ -157,9 +183,13 @@ def main(argv: list[str]) -> int:
     settings = get_settings()
     tasks = release.load(settings.tasks_dir, os.environ.get("FAKE_VLLM_TESTSET")).tasks
     print(f"INFO: loaded {len(tasks)} tasks to replay; ignoring {len(rest)} engine options", flush=True)
-    crash = os.environ.get("FAKE_VLLM_CRASH_AFTER")
+    crash, stall = os.environ.get("FAKE_VLLM_CRASH_AFTER"), os.environ.get("FAKE_VLLM_STALL_AFTER")
     endpoint = GoldReplay(
-        tasks, delay_s=float(os.environ.get("FAKE_VLLM_DELAY_S", "0")), crash_after=int(crash) if crash else None
+        tasks,
+        delay_s=float(os.environ.get("FAKE_VLLM_DELAY_S", "0")),
+        crash_after=int(crash) if crash else None,
+        stall_after=int(stall) if stall else None,
+        stall_s=float(os.environ.get("FAKE_VLLM_STALL_S", "0")),
     )
     if os.environ.get("FAKE_VLLM_NEVER_HEALTHY"):
         print("INFO: loading weights ... (this stand-in never finishes)", flush=True)

@@ -14,9 +14,9 @@ import pytest
 
 from evalpkg.errors import ServiceError
 from evalpkg.pipeline import store
-from evalpkg.pipeline.config import RunConfig
 from evalpkg.pipeline.execute import execute_shard
 from evalpkg.pipeline.run import plan_run, score_run
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.sync.runner import SyncReport
 from tests.serving.stand_in import cli_env, install, path_with
@@ -95,3 +95,38 @@ def test_a_worker_that_dies_mid_shard_fails_it_and_a_rerun_records_the_rest_once
     assert all(t.stop_reason != "model_error" for t in every)
     assert score_run(generated, run_id, save=False).table["overall"]["accuracy"] == 1.0
     assert log.read_text().count("=== ") == 2  # one log, both attempts
+
+
+def test_a_worker_busy_generating_is_alive_and_the_shard_records_every_instance(
+    synced: SyncReport, generated: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One chat request takes 20 s and no health route answers meanwhile (llama.cpp generating a long
+    answer): the dialogue that gave up on it is that instance's model error, the probes wait the
+    server out, and the shard records every instance."""
+    bin_dir, model_dir = install(tmp_path)
+    monkeypatch.setenv("PATH", path_with(bin_dir))
+    monkeypatch.setenv("FAKE_VLLM_STALL_AFTER", "6")
+    monkeypatch.setenv("FAKE_VLLM_STALL_S", "20")
+    config = RunConfig(
+        name="vllm-busy",
+        worker="vllm",
+        model_path=str(model_dir),
+        limit=4,
+        complexities=["plain"],
+        languages=["zh"],
+        concurrency=2,
+        instance_timeout_s=5,
+    )
+    run_id = plan_run(generated, config)
+    t0 = time.monotonic()
+    report = execute_shard(generated, run_id, 0)
+    took = time.monotonic() - t0
+    assert (report.recorded, report.planned) == (4, 4)
+    every = store.trajectories(generated, run_id)
+    (gave_up,) = [t for t in every if t.stop_reason == "model_error"]
+    assert "Timeout" in (gave_up.steps[-1].parse_error or "")  # the call ended by the dialogue's deadline
+    assert all(t.stop_reason == "final_answer" for t in every if t is not gave_up)
+    log = (store.run_dir(generated, run_id) / "worker-0.log").read_text()
+    assert "health probe 1 failed: /health no answer within 2s" in log
+    assert re.search(r"health probe \d+ answered after (1\d|2\d)s", log), log  # the 20 s stall, waited out
+    assert took < 60

@@ -17,8 +17,8 @@ import pytest
 from pydantic import ValidationError
 
 from evalpkg.errors import ServiceError
-from evalpkg.pipeline.comparator import COMPARATOR_VERSION
-from evalpkg.pipeline.config import CPU_MODEL_NAME, JUDGE_FIELDS, RunConfig, served_name
+from evalpkg.grading.comparator import COMPARATOR_VERSION
+from evalpkg.runconfig import ADDED_FIELDS, CPU_MODEL_NAME, JUDGE_FIELDS, RunConfig, served_name
 from evalpkg.serving.identity import served_identity
 from evalpkg.serving.worker import running, spec_for, vllm_spec
 from tests.serving.gold_replay import VERSION
@@ -89,9 +89,9 @@ def test_run_config_worker_rules() -> None:
 
 
 def test_fingerprints_of_runs_without_a_worker_did_not_change() -> None:
-    """Old stored configs (no worker fields) load, and their fingerprint is what it was."""
+    """Old stored configs (no worker fields, no byte or token bounds) load, and their fingerprint is what it was."""
     config = RunConfig(name="old", agent="openai", endpoint="http://h/v1", model="m", repeats=3)
-    stored = config.model_dump(mode="json", exclude={"worker", "model_path"})
+    stored = config.model_dump(mode="json", exclude=set(ADDED_FIELDS))
     before = {k: v for k, v in stored.items() if k not in ("name", "shards", "concurrency", "api_key")}
     before = {k: v for k, v in before.items() if k not in ("max_in_flight", "eval_db_pool", "results_db_pool")}
     before = {k: v for k, v in before.items() if k not in JUDGE_FIELDS}  # added since, outside the fingerprint
@@ -101,7 +101,7 @@ def test_fingerprints_of_runs_without_a_worker_did_not_change() -> None:
 
 
 def test_fingerprint_follows_the_comparator_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    from evalpkg.pipeline import config as config_module
+    from evalpkg import runconfig as config_module
 
     before = RunConfig().fingerprint()
     monkeypatch.setattr(config_module, "COMPARATOR_VERSION", COMPARATOR_VERSION + 1)

@@ -61,6 +61,7 @@ def test_a_server_that_exits_is_reported(tmp_path: Path) -> None:
         pass
 
 
+@pytest.mark.server  # a real model server
 def test_real_llamacpp_server_starts_answers_with_tool_calls_and_stops(tmp_path: Path) -> None:
     from openai import OpenAI
 
@@ -96,9 +97,9 @@ def test_real_llamacpp_server_starts_answers_with_tool_calls_and_stops(tmp_path:
 def test_cpu_worker_runs_through_the_pipeline(synced: object, generated: object) -> None:
     """A run planned with worker cpu: the shard starts the llama.cpp server itself and always stops it."""
     from evalpkg.pipeline import store
-    from evalpkg.pipeline.config import RunConfig
     from evalpkg.pipeline.execute import execute_shard
     from evalpkg.pipeline.run import plan_run, score_run
+    from evalpkg.runconfig import RunConfig
     from evalpkg.settings import Settings
 
     assert isinstance(generated, Settings)
@@ -120,3 +121,66 @@ def test_cpu_worker_runs_through_the_pipeline(synced: object, generated: object)
     assert traj.steps[0].prompt_tokens > 0  # a real model, with real usage counts
     scored = score_run(generated, run_id)
     assert len(scored.scores) == 1 and scored.validation.success
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def demo_command(run_name: str) -> str:
+    """The `evalpkg run` command scripts/demo runs for one of its stages, as it is written there."""
+    lines = (ROOT / "scripts" / "demo").read_text().replace("\\\n", " ").splitlines()
+    (command,) = [line.strip() for line in lines if f"--name {run_name} " in line]
+    return command
+
+
+def test_the_demo_cpu_model_stage_completes(synced: object, generated: object, tmp_path: Path) -> None:
+    """scripts/demo's CPU stage, its exact command (the packaged model, its limits), on the test cluster."""
+    import os
+    import subprocess
+
+    from evalpkg.pipeline import store
+    from evalpkg.settings import Settings
+
+    assert isinstance(generated, Settings)
+    command = demo_command("demo-cpu")
+    assert command.startswith(".venv/bin/evalpkg run ") and "--worker cpu" in command, command
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALPKG_")} | {
+        "EVALPKG_STATE_DIR": str(generated.state_dir),
+        "EVALPKG_PG_PORT": str(generated.pg_port),
+        "EVALPKG_TASKS_DIR": str(generated.tasks_dir),
+        "EVALPKG_MLFLOW_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+    }
+    t0 = time.monotonic()
+    # run from the test's own directory (an MLflow SQLite store keeps artifacts under ./mlruns), the
+    # checkout's evalpkg by its full path
+    command = command.replace(".venv/bin/evalpkg", str(ROOT / ".venv" / "bin" / "evalpkg"), 1)
+    proc = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    print(f"\ndemo CPU stage: {time.monotonic() - t0:.0f}s\n{proc.stderr[-600:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_id = Path(proc.stdout.split("report: ")[1].strip()).parent.name
+    config, _, _, instances = store.load_run(generated, run_id)
+    assert config.worker == "cpu" and config.max_tokens == 256 and len(instances) == 3
+    every = store.trajectories(generated, run_id)
+    assert len(every) == 3 and not [t for t in every if t.stop_reason == "model_error"]
+    assert all(s.completion_tokens <= 3 * 256 for t in every for s in t.steps)  # each call within its bound
+
+
+@pytest.mark.parametrize(
+    ("load", "threads", "why"),
+    [
+        (0.1, 2, "a quiet machine: every core"),
+        (1.2, 1, "one core busy with other work"),
+        (6.0, 1, "all busy: still one thread"),
+    ],
+)
+def test_llamacpp_threads_leave_busy_cores_alone(
+    monkeypatch: pytest.MonkeyPatch, load: float, threads: int, why: str
+) -> None:
+    import os
+
+    from evalpkg.serving import worker
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    command = worker.llamacpp_spec(model_path=Path("m.gguf"), port=9).command
+    assert command[command.index("--n_threads") + 1] == str(threads), why

@@ -7,8 +7,8 @@ import pytest
 
 from evalpkg.db import connect
 from evalpkg.errors import ConfigError, ServiceError, SyncError
+from evalpkg.services import bootstrap
 from evalpkg.settings import EVAL_DB, PROD_DB, Settings
-from evalpkg.sync import bootstrap
 from evalpkg.sync.runner import SyncReport, run_sync
 from evalpkg.sync.validate import validate_eval_db
 from tests.sync.helpers import content_fingerprint, current_key
