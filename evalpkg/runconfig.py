@@ -15,10 +15,11 @@ from evalpkg.testset.models import Complexity, Language
 # Fields added later keep their default's meaning, so stored configs without them load unchanged (no
 # new format version); while at their default they are left out of the fingerprint, which stays as it was.
 RUN_CONFIG_FORMAT_VERSION = 1
+DEFAULT_MAX_TOKENS = 1024  # per model call: every client and the CPU worker bound generations by it
 ADDED_FIELDS = {
     "worker": "none",
     "model_path": None,
-    "max_tokens": 1024,
+    "max_tokens": DEFAULT_MAX_TOKENS,
     "max_result_bytes": DEFAULT_MAX_RESULT_BYTES,
     "max_row_bytes": DEFAULT_MAX_ROW_BYTES,
 }
@@ -119,7 +120,9 @@ class RunConfig(BaseModel):
         description="bytes one row of a result (so any one value) may have; the server refuses to send more",
     )
     max_tokens: int = Field(
-        default=1024, ge=16, description="the most tokens one model call may generate (sent as max_tokens)"
+        default=DEFAULT_MAX_TOKENS,
+        ge=16,
+        description="the most tokens one model call may generate (sent as max_tokens)",
     )
     time_confirmation: bool = Field(
         default=True, description="execute_sql may ask to confirm the time column first (ablation: off)"

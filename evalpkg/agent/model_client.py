@@ -16,11 +16,11 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from evalpkg.agent.trajectory import RetryRecord
+from evalpkg.runconfig import DEFAULT_MAX_TOKENS
 
 MAX_RETRIES = 3
 BACKOFF_S = 0.5  # doubled on each retry, with jitter so a burst of 429s does not return in step
 MAX_BACKOFF_S = 8.0
-DEFAULT_MAX_TOKENS = 1024
 MIN_CALL_TIMEOUT_S = 1.0  # a call made just before its deadline still gets this long
 
 

@@ -21,19 +21,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from evalpkg.errors import ConfigError, ServiceError, UsageError
 from evalpkg.net import free_port
-from evalpkg.runconfig import CPU_MODEL_NAME, RunConfig
+from evalpkg.runconfig import CPU_MODEL_NAME, DEFAULT_MAX_TOKENS, RunConfig
 from evalpkg.serving.llamacpp_server import MAX_TOKENS_ENV
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["CPU_MODEL_NAME", "Worker", "WorkerSpec", "llamacpp_spec", "running", "vllm_spec"]
 
-DEFAULT_MAX_TOKENS = 1024
 HEALTH_DEADLINE_S = 300  # llama.cpp loads its small GGUF in seconds
 VLLM_HEALTH_DEADLINE_S = 1200  # vLLM: weights, then torch.compile and CUDA graph capture on a cold cache
 STOP_GRACE_S = 30.0  # SIGTERM, then SIGKILL after this long
