@@ -21,7 +21,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import chain, count, pairwise, starmap
@@ -32,10 +32,11 @@ import numpy.typing as npt
 import sqlglot
 from sqlglot import exp
 
-COMPARATOR_VERSION = 3
+COMPARATOR_VERSION = 4
 MAX_ASSIGNMENT_CHECKS = 1000  # only columns with equal values in different rows make the search branch
 MAX_DECIMALS = 10  # a number written with more decimals was not rounded
 UNROUNDED = MAX_DECIMALS + 1
+NOISE = 1e-9  # absolute: what float summation leaves where the exact value is an integer
 Row = Sequence[Any]
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.intp]
@@ -134,6 +135,17 @@ def _floats(values: Sequence[Any]) -> Floats | None:
         return None
 
 
+def _without_noise(numbers: Floats, values: list[Any]) -> tuple[Floats, list[Any]]:
+    """A float within summation noise of an integer is that integer (1e-13 is 0, 2.9999999999999996 is 3);
+    NOISE is far below any tolerance, so 2.9999999 stays a near miss of an integer gold."""
+    nearest = np.rint(numbers)
+    noisy = (numbers != nearest) & (np.abs(numbers - nearest) <= np.maximum(NOISE, NOISE * 1e-3 * np.abs(numbers)))
+    if not noisy.any():
+        return numbers, values
+    numbers = np.where(noisy, nearest, numbers)
+    return numbers, numbers.tolist()
+
+
 def _decimals(x: Floats, start: int = 0) -> int:
     """The fewest decimals that write every value exactly, UNROUNDED beyond MAX_DECIMALS."""
     for d in range(start, MAX_DECIMALS + 1):
@@ -157,7 +169,9 @@ class _Column:
     numbers: Floats | None = None  # numeric kinds: the values as floats, 0.0 at NULL, NaN and infinities
     text_length: int | None = None
     has_markers: bool = True
+    rate: bool = False  # a gold rate: a prediction may give it as a fraction or as a percentage
     coarser: dict[tuple[int, int], _Column] = field(default_factory=dict, repr=False, compare=False)  # rounded()
+    rescaled: dict[int, _Column] = field(default_factory=dict, repr=False, compare=False)  # as_rate_of()
 
     @classmethod
     def of(cls, values: list[Any]) -> _Column:
@@ -165,7 +179,10 @@ class _Column:
         if types <= {int, float}:  # the common cases first, each in one pass over the values
             numbers = _floats(values)
             if numbers is not None and np.isfinite(numbers).all():
-                return cls(values, "float" if float in types else "int", numbers, has_markers=False)
+                if float not in types:
+                    return cls(values, "int", numbers, has_markers=False)
+                numbers, tokens = _without_noise(numbers, values)
+                return cls(tokens, "float", numbers, has_markers=False)
         if types == {str}:
             tokens, length = _texts(values)
             return cls(tokens, "other", text_length=length)
@@ -174,7 +191,11 @@ class _Column:
         if not kinds or not kinds <= {int, float}:
             return cls(tokens, "other")
         numbers = _floats([0.0 if type(t) is _Marker else t for t in tokens])
-        return cls(tokens, "float" if float in kinds else "int", numbers)
+        if float not in kinds or numbers is None:
+            return cls(tokens, "int", numbers)
+        numbers, cleaned = _without_noise(numbers, tokens)
+        tokens = [t if type(t) is _Marker else v for t, v in zip(tokens, cleaned, strict=True)]
+        return cls(tokens, "float", numbers)
 
     @cached_property
     def decimals(self) -> int:
@@ -217,6 +238,28 @@ class _Column:
             tokens = [t if type(t) is _Marker else v for t, v in zip(self.tokens, tokens, strict=True)]
         return _Column(tokens, "float", numbers, has_markers=self.has_markers)
 
+    def as_rate_of(self, gold: _Column) -> _Column:
+        """This column in the gold rate's scale: a percentage (12.3) of a fraction (0.123) divided by 100,
+        a fraction of a percentage times 100; itself where the magnitudes say neither. Remembered per gold."""
+        if id(gold) not in self.rescaled:
+            self.rescaled[id(gold)] = self._as_rate_of(gold)
+        return self.rescaled[id(gold)]
+
+    def _as_rate_of(self, gold: _Column) -> _Column:
+        assert self.numbers is not None and gold.numbers is not None
+        mine, theirs = np.abs(self.numbers).max(), np.abs(gold.numbers).max()
+        ratio = mine / theirs if mine and theirs else 1.0
+        shift = -2 if 50 <= ratio <= 200 else 2 if 0.005 <= ratio <= 0.02 else 0
+        if not shift:
+            return self
+        numbers = self.numbers * 10.0**shift
+        if self.decimals != UNROUNDED:  # written to d decimals, it is now written to d - shift
+            numbers = np.round(numbers, max(self.decimals - shift, 0))
+        tokens = numbers.tolist()
+        if self.has_markers:
+            tokens = [t if type(t) is _Marker else v for t, v in zip(self.tokens, tokens, strict=True)]
+        return _Column(tokens, "float", numbers, has_markers=self.has_markers)
+
     @cached_property
     def bag(self) -> dict[Any, int]:
         return dict(Counter(self.tokens))
@@ -247,8 +290,10 @@ class _Column:
 
 
 def _view(g: _Column, p: _Column) -> tuple[_Column, _Column]:
-    """The pair as compared: month numbers become labels of the one year the other side names; a fractional
-    gold is read at a coarser prediction's decimals."""
+    """The pair as compared: a rate in the gold's scale; month numbers become labels of the one year the
+    other side names; a fractional gold is read at a coarser prediction's decimals."""
+    if g.rate and g.numbers is not None and p.numbers is not None:
+        p = p.as_rate_of(g)
     if g.month_numbers and p.label_year:
         return g.as_labels(p.label_year), p
     if p.month_numbers and g.label_year:
@@ -417,17 +462,25 @@ def _matching_within_tolerance(gold: Floats, pred: Floats, rel_tol: float) -> bo
     return int(maximum_flow(graph, 0, a + b + 1).flow_value) == len(gold)
 
 
-def _segments(gold: list[_Column], n: int, order_matters: bool, order_keys: list[int] | None) -> list[int] | None:
+def tie_groups(keys: Sequence[tuple[Any, ...]]) -> list[int]:
+    """Per row, its run of equal sort keys: rows of one run may trade places."""
+    groups = [0] if keys else []
+    for prev, cur in pairwise(keys):
+        groups.append(groups[-1] + (prev != cur))
+    return groups
+
+
+def _segments(
+    gold: list[_Column], n: int, order_matters: bool, order_keys: list[int] | None, groups: Sequence[int] | None
+) -> list[int] | None:
     """Per gold row, its run of ties on the ORDER BY keys (None: order ignored; unknown keys: every row)."""
     if not order_matters:
         return None
+    if groups is not None:
+        return list(groups)
     if not order_keys or not all(0 <= k < len(gold) for k in order_keys):
         return list(range(n))
-    keys = list(zip(*(gold[k].tokens for k in order_keys), strict=True))
-    segments = [0]
-    for prev, cur in pairwise(keys):
-        segments.append(segments[-1] + (prev != cur))
-    return segments
+    return tie_groups(list(zip(*(gold[k].tokens for k in order_keys), strict=True)))
 
 
 def _find_assignment(
@@ -511,10 +564,14 @@ def explain(
     order_keys: list[int] | None = None,
     truncated: bool = False,
     pinned: Mapping[int, int] | None = None,
+    groups: Sequence[int] | None = None,
+    rates: Collection[int] = (),
 ) -> MatchResult:
     """Whether pred matches this gold, and why not. pred None: the agent has no successful result;
     truncated: either result hit the fetch cap, so only a sample of it is at hand; pinned: gold column ->
-    the prediction column that carries its name."""
+    the prediction column that carries its name; groups: per gold row, its tie group under the ORDER BY
+    (else read from order_keys); rates: gold columns that are a rate, given alike as a fraction or a
+    percentage."""
     if truncated:
         return MatchResult(False, "a result was truncated at the fetch cap; a sample is never compared")
     if pred is None:
@@ -527,6 +584,8 @@ def explain(
     if len(pred_widths) != 1 or pred_widths.pop() < width:
         return MatchResult(False, f"fewer columns than the gold's {width}")
     gold_cols, pred_cols = _columns(gold), _columns(pred)
+    for j in rates:
+        gold_cols[j].rate = True
     plausible = [[p for p, pc in enumerate(pred_cols) if _plausible(gc, pc, rel_tol)] for gc in gold_cols]
     candidates = [
         c if len(c) < 2 else [p for p in c if _compatible(gold_cols[j], pred_cols[p], rel_tol)]
@@ -541,7 +600,7 @@ def explain(
 
         return _find_assignment(candidates, pred_cols, rows_ok)
 
-    segments = _segments(gold_cols, len(gold), order_matters, order_keys)
+    segments = _segments(gold_cols, len(gold), order_matters, order_keys, groups)
     missing = [j + 1 for j, c in enumerate(candidates) if not c]
     reason = "" if missing else search(segments)
     if reason.startswith("rows differ"):  # a lone candidate was only plausible: name the column it fails
@@ -553,24 +612,6 @@ def explain(
     return MatchResult(not reason, reason or "match")
 
 
-def match(
-    pred: Sequence[Row] | None,
-    gold: Sequence[Row],
-    *,
-    order_matters: bool = False,
-    rel_tol: float = 1e-6,
-    order_keys: list[int] | None = None,
-    truncated: bool = False,
-    pinned: Mapping[int, int] | None = None,
-) -> bool:
+def match(pred: Sequence[Row] | None, gold: Sequence[Row], **options: Any) -> bool:
     """explain(...).ok"""
-    result = explain(
-        pred,
-        gold,
-        order_matters=order_matters,
-        rel_tol=rel_tol,
-        order_keys=order_keys,
-        truncated=truncated,
-        pinned=pinned,
-    )
-    return result.ok
+    return explain(pred, gold, **options).ok

@@ -3,29 +3,60 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from evalpkg.errors import DataError
-from evalpkg.grading.comparator import match, order_key_columns
+from evalpkg.grading import ties
+from evalpkg.grading.comparator import match, order_key_columns, tie_groups
+from evalpkg.grading.summary import without_summary_rows
 from evalpkg.sql.executor import QueryFailed, ReadOnlyExecutor, jsonable
 from evalpkg.sql.guard import SqlRefused
 from evalpkg.testset.models import Complexity, Language, Task
 
 
 class GoldCache:
-    """Gold results, computed once per gold query on the run's snapshot."""
+    """Gold results, computed once per gold query on the run's snapshot, and the golds a grader accepts in
+    their place (tie orders, the tied rows a LIMIT may keep)."""
 
     def __init__(self, executor: ReadOnlyExecutor) -> None:
         self.executor = executor
         self._rows: dict[str, tuple[list[str], list[list[Any]]]] = {}
+        self._acceptable: dict[tuple[str, bool], list[ties.Ordered]] = {}
 
     def get(self, sql: str) -> tuple[list[str], list[list[Any]]]:
         if sql not in self._rows:
-            result = self.executor.run(sql)
-            if result.capped:  # agents' results stop at the same cap, so no answer could ever match
-                raise DataError(f"a gold returns more than the {self.executor.row_cap} row fetch cap: {sql[:80]}")
-            self._rows[sql] = (result.columns, result.rows)
+            self._rows[sql] = self._run(sql)
         return self._rows[sql]
+
+    def _run(self, sql: str) -> tuple[list[str], list[list[Any]]]:
+        result = self.executor.run(sql)
+        if result.capped:  # agents' results stop at the same cap, so no answer could ever match
+            raise DataError(f"a gold returns more than the {self.executor.row_cap} row fetch cap: {sql[:80]}")
+        return result.columns, result.rows
+
+    def acceptable(self, sql: str, order_matters: bool) -> list[ties.Ordered]:
+        """The gold's rows with their tie groups (groups None where order does not matter), and where its
+        LIMIT cuts through a tie, every choice of the tied rows."""
+        key = (sql, order_matters)
+        if key not in self._acceptable:
+            self._acceptable[key] = self._acceptable_now(sql, order_matters)
+        return self._acceptable[key]
+
+    def _acceptable_now(self, sql: str, order_matters: bool) -> list[ties.Ordered]:
+        columns, rows = self.get(sql)
+        rewrite = ties.keyed(sql, columns)
+        found = None
+        if rewrite is not None and (order_matters or rewrite.limit is not None):
+            try:
+                found = ties.acceptable(rows, len(columns), rewrite, lambda q: self._run(q)[1])
+            except (QueryFailed, SqlRefused, DataError):
+                found = None  # the rewrite did not run here: the gold as it is
+        if found is None:
+            keys = order_key_columns(sql, columns) if order_matters else None
+            groups = tie_groups([tuple(r[k] for k in keys) for r in rows]) if keys else None
+            found = [ties.Ordered(rows, groups if keys or not order_matters else list(range(len(rows))))]
+        return found if order_matters else [ties.Ordered(o.rows, None) for o in found]
 
 
 def _pinned(gold_columns: list[str], pred_columns: list[str]) -> dict[int, int]:
@@ -53,15 +84,20 @@ def positions(columns: list[str], asked: list[str] | None) -> list[int] | None:
     return [names.index(c) for c in wanted] if all(c in names for c in wanted) else None
 
 
-def _graded_view(
-    rows: list[list[Any]], columns: list[str], keep: list[int], keys: list[int] | None
-) -> tuple[list[list[Any]], list[str], list[int] | None]:
-    """The gold as graded for a variant: only the columns it asks for. ORDER BY keys that are dropped leave
-    the gold's row order itself as the order (keys None), which validation checked the data decides."""
+def _graded_view(rows: list[list[Any]], columns: list[str], keep: list[int]) -> tuple[list[list[Any]], list[str]]:
+    """The gold as graded for a variant: only the columns it asks for."""
     if keep == list(range(len(columns))):
-        return rows, columns, keys
-    kept_keys = [keep.index(k) for k in keys] if keys is not None and all(k in keep for k in keys) else None
-    return [[r[j] for j in keep] for r in rows], [columns[j] for j in keep], kept_keys
+        return rows, columns
+    return [[r[j] for j in keep] for r in rows], [columns[j] for j in keep]
+
+
+RATE = re.compile(r"rate|ratio|percent|pct|proportion|fraction|share|率|比例|占比|百分", re.IGNORECASE)
+
+
+def rate_columns(task: Task, columns: list[str]) -> list[int]:
+    """The columns whose name, or whose output's meaning, says rate or percentage."""
+    meanings = {o.column.lower(): " ".join([o.name, *o.meaning.values()]) for o in task.outputs}
+    return [j for j, c in enumerate(columns) if RATE.search(f"{c} {meanings.get(c.lower(), '')}")]
 
 
 def _unclaimed(
@@ -102,18 +138,37 @@ def execution_match(
         if keep is None:
             continue
         first = first or (rows, columns)
-        keys = order_key_columns(gold_sql, columns) if task.result.order_matters else None
-        graded, graded_columns, graded_keys = _graded_view(rows, columns, keep, keys)
+        if pred is None or capped:  # never a match: a failure, or a sample of a larger result
+            continue
         seen, seen_columns = _unclaimed(pred, pred_columns, columns, keep)
-        if match(
-            seen,
-            graded,
-            order_matters=task.result.order_matters,
-            rel_tol=task.result.numeric_tolerance,
-            order_keys=graded_keys,
-            truncated=capped,  # a capped result is a sample, never a match
-            pinned=_pinned(graded_columns, seen_columns),
-        ):
-            return status, True, rows, columns
+        assert seen is not None
+        for ordered in gold.acceptable(gold_sql, task.result.order_matters):
+            graded, graded_columns = _graded_view(ordered.rows, columns, keep)
+            if _matches(task, seen, seen_columns, graded, graded_columns, ordered.groups):
+                return status, True, ordered.rows, columns
     rows_read, columns_read = first if first is not None else (None, [])
     return status, False, rows_read, columns_read
+
+
+def _matches(
+    task: Task,
+    pred: list[list[Any]],
+    pred_columns: list[str],
+    gold: list[list[Any]],
+    gold_columns: list[str],
+    groups: list[int] | None,
+) -> bool:
+    """The prediction as laid out, then without the summary rows the gold does not have."""
+    options: dict[str, Any] = {
+        "order_matters": groups is not None,
+        "groups": groups,
+        "rel_tol": task.result.numeric_tolerance,
+        "rates": rate_columns(task, gold_columns),
+    }
+    if match(pred, gold, pinned=_pinned(gold_columns, pred_columns), **options):
+        return True
+    if len(pred) > len(gold) and without_summary_rows(gold) is None:
+        detailed = without_summary_rows(pred, task.result.numeric_tolerance)
+        if detailed is not None and len(detailed) == len(gold):
+            return match(detailed, gold, pinned=_pinned(gold_columns, pred_columns), **options)
+    return False

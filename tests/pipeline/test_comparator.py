@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from evalpkg.grading.comparator import COMPARATOR_VERSION, explain, match, order_key_columns
+from evalpkg.grading import ties
+from evalpkg.grading.comparator import COMPARATOR_VERSION, explain, match, order_key_columns, tie_groups
+from evalpkg.grading.summary import without_summary_rows
 
 GOLD = [[1, "a", 2.5], [1, "a", 2.5], [2, "b", None]]
 Rows = list[list[Any]] | None
@@ -262,4 +265,113 @@ def test_order_keys_by_position_and_unknown_expressions() -> None:
 
 
 def test_version_is_exported() -> None:
-    assert COMPARATOR_VERSION == 3
+    assert COMPARATOR_VERSION == 4
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "rates", "expected", "why"),
+    [
+        ([[1e-13]], [[0]], (), True, "summation noise where the gold is an integer 0"),
+        ([[41.99999999999999]], [[42]], (), True, "summation noise beside a whole number"),
+        ([[1e-6]], [[0]], (), False, "a millionth is not noise"),
+        ([[2.9999999]], [[3]], (), False, "a near miss of an integer stays a miss"),
+        ([["a", 12.3], ["b", 4.6]], [["a", 0.12345], ["b", 0.04567]], [1], True, "a rate as a percentage, rounded"),
+        ([["a", 0.123], ["b", 0.046]], [["a", 12.345], ["b", 4.567]], [1], True, "a percentage rate as a fraction"),
+        ([["a", 50], ["b", 25]], [["a", 0.5], ["b", 0.25]], [1], True, "whole percentages of a fraction"),
+        ([["a", 12.3], ["b", 4.6]], [["a", 0.12345], ["b", 0.04567]], (), False, "100x is no match where no rate"),
+        ([["a", 12.4], ["b", 4.6]], [["a", 0.12345], ["b", 0.04567]], [1], False, "a wrong percentage"),
+        ([["a", 1.23], ["b", 0.46]], [["a", 0.12345], ["b", 0.04567]], [1], False, "10x is neither form"),
+    ],
+)
+def test_numbers(pred: Rows, gold: list[list[Any]], rates: list[int], expected: bool, why: str) -> None:
+    assert match(pred, gold, rates=rates) is expected, why
+
+
+BREAKDOWN = [["0101", "Cardiology", 30, 0.25], ["0102", "Endocrinology", 10, 0.5], ["0103", "Respiratory", 20, 0.1]]
+
+
+@pytest.mark.parametrize(
+    ("pred", "kept", "why"),
+    [
+        ([[None, None, 60, 0.2], *BREAKDOWN], BREAKDOWN, "a grand total on top (grouping sets): NULL labels"),
+        ([*BREAKDOWN, ["全院", "合计", 60, 0.2]], BREAKDOWN, "a total row labelled in Chinese"),
+        ([*BREAKDOWN, ["Total", None, 60, 0.3]], BREAKDOWN, "an overall rate within the rows' range"),
+        ([*BREAKDOWN, [None, None, 61, 0.2]], None, "a total whose count is not the sum"),
+        ([*BREAKDOWN, [None, None, 60, 0.9]], None, "an overall rate outside every row's"),
+        ([*BREAKDOWN, [None, None, 30, 0.25]], None, "a copy of one row under a NULL label sums nothing"),
+        ([*BREAKDOWN, [None, "Unknown", 5, 0.3]], None, "a NULL department of its own is an ordinary row"),
+        (BREAKDOWN, None, "no summary row"),
+        (
+            [["2024-01", "a", 2], ["2024-01", "b", 3], ["2024-01", None, 5], ["2024-02", "a", 1], ["2024-02", None, 1]],
+            [["2024-01", "a", 2], ["2024-01", "b", 3], ["2024-02", "a", 1]],
+            "subtotals per month: each sums its own month",
+        ),
+    ],
+)
+def test_summary_rows(pred: list[list[Any]], kept: list[list[Any]] | None, why: str) -> None:
+    assert without_summary_rows(pred) == kept, why
+
+
+def _fake_run(rows: list[list[Any]]) -> Callable[[str], list[list[Any]]]:
+    return lambda sql: rows
+
+
+TIED = [["a", 5, 1], ["b", 4, 2], ["c", 4, 3], ["d", 4, 4], ["e", 1, 5]]  # (name, score, id)
+
+
+@pytest.mark.parametrize(
+    ("sql", "keys", "hidden", "limit"),
+    [
+        ("select ksdm, n - m as change from t order by abs(n - m) desc", [2], 1, None),
+        ("select ksdm, n as change from t order by change desc, ksdm limit 3", [1, 0], 0, 3),
+        ("select ksdm, n as change from t order by 2", [1], 0, None),
+        ("select ksdm, n from t order by case when n > 3 then 0 else 1 end, t.ksdm", [2, 3], 2, None),
+        ("select ksdm, change from t order by ksdm fetch first 5 rows only", [0], 0, 5),
+    ],
+)
+def test_gold_rewrite_names_every_order_key(sql: str, keys: list[int], hidden: int, limit: int | None) -> None:
+    rewrite = ties.keyed(sql, ["ksdm", "change"])
+    assert rewrite is not None and (rewrite.keys, rewrite.hidden, rewrite.limit) == (keys, hidden, limit), sql
+    assert ("WITH TIES" in rewrite.sql) is (limit is not None)
+
+
+@pytest.mark.parametrize(
+    "sql", ["select a from t union select b from u order by 1", "select * from t order by a", "select a from t"]
+)
+def test_gold_rewrite_declines_what_it_cannot_read(sql: str) -> None:
+    assert ties.keyed(sql, ["a"]) is None
+
+
+@pytest.mark.parametrize(
+    ("pred", "expected", "why"),
+    [
+        ([["a", 5], ["c", 4]], True, "the LIMIT cut a tie: another tied row is as right"),
+        ([["a", 5], ["d", 4]], True, "any tied row"),
+        ([["a", 5], ["b", 4]], True, "the gold's own choice"),
+        ([["c", 4], ["a", 5]], False, "ties do not excuse the order of rows that are not tied"),
+        ([["a", 5], ["e", 1]], False, "a row outside the tie is not acceptable"),
+        ([["b", 4], ["c", 4]], False, "the LIMIT dropped a row that was not tied"),
+    ],
+)
+def test_a_limit_that_cuts_a_tie_accepts_any_tied_row(pred: Rows, expected: bool, why: str) -> None:
+    gold = [["a", 5], ["b", 4]]
+    rewrite = ties.keyed("select name, score from t order by score desc limit 2", ["name", "score"])
+    assert rewrite is not None
+    full = [r[:2] for r in TIED[:4]]  # FETCH FIRST 2 ROWS WITH TIES: b, c and d tie at 4
+    golds = ties.acceptable(gold, 2, rewrite, _fake_run(full))
+    assert golds is not None and len(golds) == 3
+    assert any(match(pred, g.rows, order_matters=True, groups=g.groups) for g in golds) is expected, why
+
+
+@pytest.mark.parametrize(
+    ("pred", "keys", "expected", "why"),
+    [
+        ([["a", 5], ["d", 4], ["c", 4], ["b", 4], ["e", 1]], [1], True, "ties on an expression key in any order"),
+        ([["a", 5], ["d", 4], ["c", 4], ["b", 4], ["e", 1]], [2], False, "the gold orders by a unique key"),
+        ([["d", 4], ["a", 5], ["c", 4], ["b", 4], ["e", 1]], [1], False, "a tie group moved"),
+    ],
+)
+def test_tie_groups_from_hidden_keys(pred: Rows, keys: list[int], expected: bool, why: str) -> None:
+    gold = [r[:2] for r in TIED]
+    groups = tie_groups([tuple(r[k] for k in keys) for r in TIED])
+    assert match(pred, gold, order_matters=True, groups=groups) is expected, why

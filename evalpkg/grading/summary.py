@@ -1,0 +1,99 @@
+"""Summary rows: a total, subtotal or "whole hospital" row a careful analyst adds to a breakdown.
+
+A grader ignores such a row where the question did not ask for it, and only where it truly summarizes:
+its label is NULL or a total word, and each of its numbers is the sum of the rows it covers (a count, a
+sum), a value they all share (a key, a year), or, for a fractional column, a value within their range
+(an overall rate or mean). A row whose numbers are not the sum is an extra row like any other.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Sequence
+from typing import Any
+
+TOTAL_WORDS = frozenset(
+    {
+        "合计", "总计", "小计", "总数", "汇总", "全院", "全院合计", "全院总计", "全部", "总体", "所有科室", "全部科室",
+        "total", "totals", "subtotal", "sub-total", "grand total", "all", "overall", "sum", "whole hospital",
+        "hospital total", "hospital", "all departments", "all patients", "all months",
+    }
+)  # fmt: skip
+Row = Sequence[Any]
+
+
+def is_total_label(value: Any) -> bool:
+    if value is None:
+        return True
+    if not isinstance(value, str):
+        return False
+    text = unicodedata.normalize("NFKC", value).strip().casefold().strip("()（）[]【】:：* ")
+    return text in TOTAL_WORDS or text.startswith(("total ", "合计", "总计", "全院")) or text.endswith(" total")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(value) if not isinstance(value, str) else None
+    except (TypeError, ValueError):  # Decimal converts; anything else is not a number
+        return None
+
+
+def _close(a: float, b: float, rel_tol: float) -> bool:
+    return math.isclose(a, b, rel_tol=max(rel_tol, 1e-9), abs_tol=1e-9)
+
+
+def _summarizes(row: Row, covered: list[Row], rel_tol: float, subtotal: bool) -> bool:
+    """Every number of `row` is the sum of the covered rows' values, their common value, or (fractional)
+    within their range; and at least one is a sum or a range, so a copy of one row is no summary, except
+    the subtotal of a group of one row."""
+    aggregated = subtotal and len(covered) == 1
+    for col, cell in enumerate(row):
+        value = _number(cell)
+        if value is None:
+            continue
+        values = [_number(r[col]) for r in covered]
+        if any(v is None for v in values):
+            return False
+        known = [v for v in values if v is not None]
+        if len(covered) > 1 and _close(value, math.fsum(known), rel_tol):
+            aggregated = True
+        elif all(_close(value, v, rel_tol) for v in known):
+            continue
+        elif isinstance(cell, float) or any(isinstance(r[col], float) for r in covered):
+            if not min(known) - 1e-9 <= value <= max(known) + 1e-9:
+                return False
+            aggregated = True
+        else:
+            return False
+    return aggregated
+
+
+def _kept_labels(row: Row) -> list[tuple[int, str]]:
+    return [(col, cell) for col, cell in enumerate(row) if isinstance(cell, str) and not is_total_label(cell)]
+
+
+def _is_summary(row: Row, leaves: list[Row], rel_tol: float) -> bool:
+    """Whether the row summarizes the rows that agree with it on every text label it keeps."""
+    kept = _kept_labels(row)
+    covered = [leaf for leaf in leaves if all(leaf[col] == cell for col, cell in kept)]
+    return bool(covered) and _summarizes(row, covered, rel_tol, subtotal=bool(kept))
+
+
+def without_summary_rows(rows: Sequence[Row], rel_tol: float = 1e-6) -> list[Row] | None:
+    """The rows without their summary rows, or None where there is none. A row with a NULL or total label
+    that summarizes nothing is an ordinary row (a NULL department is a group of its own)."""
+    labelled = [i for i, r in enumerate(rows) if any(is_total_label(c) for c in r)]
+    if not labelled or len(labelled) == len(rows):
+        return None
+    summaries = set(labelled)
+    for _ in range(2):  # a candidate that summarizes nothing is a leaf; check the rest against all leaves
+        leaves = [r for i, r in enumerate(rows) if i not in summaries]
+        summaries = {i for i in summaries if _is_summary(rows[i], leaves, rel_tol)}
+    if not summaries:
+        return None
+    return [list(r) for i, r in enumerate(rows) if i not in summaries]
