@@ -99,6 +99,35 @@ def stats(version: Annotated[str | None, typer.Argument()] = None) -> None:
         typer.echo(f"review: no task annotated twice ({len(reviews)} with the generator's record only)")
 
 
+@app.command("audit-scorer")
+def audit_scorer(
+    version: Annotated[str | None, typer.Argument(help="e.g. v6; default: latest")] = None,
+    findings: Annotated[bool, typer.Option(help="list every task a transform fails on")] = False,
+) -> None:
+    """Re-lay-out every gold result as a grader accepts it and change it as a grader rejects it; score each.
+
+    Exits 1 where a layout is rejected or a mutation accepted."""
+    from evalpkg.testset import release
+    from evalpkg.testset.audit import audit, summary
+    from evalpkg.testset.validate import gold_executor
+
+    settings = get_settings()
+    rel = release.load(settings.tasks_dir, version)
+    executor = gold_executor(settings)
+    try:
+        results = audit(rel.tasks, executor, progress=_log)
+    finally:
+        executor.close()
+    typer.echo(f"{rel.version}: the scorer on its own golds ({len(rel.tasks)} tasks)")
+    for line in summary(results):
+        typer.echo(line)
+    failed = [r for r in results if r.failures]
+    for r in failed if findings else []:
+        typer.echo(f"{r.name}: " + ", ".join(r.failures))
+    if failed:
+        raise typer.Exit(1)
+
+
 @app.command()
 def diff(a: str, b: str) -> None:
     """Tasks added, changed and removed between two releases."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from evalpkg.errors import DataError
@@ -113,24 +114,42 @@ def _unclaimed(
     return [[r[i] for i in stay] for r in pred], [pred_columns[i] for i in stay]
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """An agent's final SQL as re-run at scoring time."""
+
+    status: str  # success | success_empty | failure
+    rows: list[list[Any]] | None = None
+    columns: list[str] = field(default_factory=list)
+    capped: bool = False  # a sample of a larger result: never a match
+
+
+def run_prediction(sql: str | None, executor: ReadOnlyExecutor) -> Prediction:
+    if not sql:
+        return Prediction("failure")
+    try:
+        result = executor.run(sql)
+    except (QueryFailed, SqlRefused):
+        return Prediction("failure")
+    rows = [[jsonable(v) for v in r] for r in result.rows]
+    return Prediction("success" if rows else "success_empty", rows, result.columns, result.capped)
+
+
 def execution_match(
     task: Task, sql: str | None, gold: GoldCache, executor: ReadOnlyExecutor, asked: list[str] | None = None
 ) -> tuple[str, bool, list[list[Any]] | None, list[str]]:
     """(status of the agent's SQL re-run now, whether it matches a gold on the columns the variant asks
     for (asked; None: all), the gold rows answer points are read from: the matching gold's, else the
     first's that answers the variant, and that gold's columns)."""
-    pred: list[list[Any]] | None = None
-    pred_columns: list[str] = []
-    capped = False
-    status = "failure"
-    if sql:
-        try:
-            result = executor.run(sql)
-            pred = [[jsonable(v) for v in r] for r in result.rows]
-            pred_columns, capped = result.columns, result.capped
-            status = "success" if result.rows else "success_empty"
-        except (QueryFailed, SqlRefused):
-            pred = None
+    pred = run_prediction(sql, executor)
+    return (pred.status, *gold_match(task, pred, gold, asked))
+
+
+def gold_match(
+    task: Task, pred: Prediction, gold: GoldCache, asked: list[str] | None = None
+) -> tuple[bool, list[list[Any]] | None, list[str]]:
+    """Whether the prediction matches a gold of the task, and the gold rows and columns answer points
+    are read from (see execution_match)."""
     first: tuple[list[list[Any]], list[str]] | None = None
     for gold_sql in task.gold_sql:
         columns, rows = gold.get(gold_sql)
@@ -138,16 +157,16 @@ def execution_match(
         if keep is None:
             continue
         first = first or (rows, columns)
-        if pred is None or capped:  # never a match: a failure, or a sample of a larger result
+        if pred.rows is None or pred.capped:
             continue
-        seen, seen_columns = _unclaimed(pred, pred_columns, columns, keep)
+        seen, seen_columns = _unclaimed(pred.rows, pred.columns, columns, keep)
         assert seen is not None
         for ordered in gold.acceptable(gold_sql, task.result.order_matters):
             graded, graded_columns = _graded_view(ordered.rows, columns, keep)
             if _matches(task, seen, seen_columns, graded, graded_columns, ordered.groups):
-                return status, True, ordered.rows, columns
+                return True, ordered.rows, columns
     rows_read, columns_read = first if first is not None else (None, [])
-    return status, False, rows_read, columns_read
+    return False, rows_read, columns_read
 
 
 def _matches(

@@ -56,10 +56,9 @@ def _summarizes(row: Row, covered: list[Row], rel_tol: float, subtotal: bool) ->
         value = _number(cell)
         if value is None:
             continue
-        values = [_number(r[col]) for r in covered]
-        if any(v is None for v in values):
+        known = [v for r in covered if (v := _number(r[col])) is not None]  # aggregates skip NULLs
+        if not known:
             return False
-        known = [v for v in values if v is not None]
         if len(covered) > 1 and _close(value, math.fsum(known), rel_tol):
             aggregated = True
         elif all(_close(value, v, rel_tol) for v in known):
@@ -87,7 +86,8 @@ def _is_summary(row: Row, leaves: list[Row], rel_tol: float) -> bool:
 def without_summary_rows(rows: Sequence[Row], rel_tol: float = 1e-6) -> list[Row] | None:
     """The rows without their summary rows, or None where there is none. A row with a NULL or total label
     that summarizes nothing is an ordinary row (a NULL department is a group of its own)."""
-    labelled = [i for i, r in enumerate(rows) if any(is_total_label(c) for c in r)]
+    texts = {j for r in rows for j, c in enumerate(r) if isinstance(c, str)}  # a NULL labels only a text column
+    labelled = [i for i, r in enumerate(rows) if any(is_total_label(r[j]) for j in texts)]
     if not labelled or len(labelled) == len(rows):
         return None
     summaries = set(labelled)

@@ -9,6 +9,7 @@ gives them all, and each choice of the tied rows is an acceptable gold.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,24 +22,40 @@ from sqlglot import exp
 from evalpkg.grading.comparator import tie_groups
 
 HIDDEN = "evalpkg_order_key_"
+_PERIOD = re.compile(r"(19|20)\d\d(-\d\d)?(-\d\d)?( |T|$)|(19|20)\d\d-?Q\d")
+_TIME_NAME = re.compile(r"year|month|quarter|week|date|day|time|rq$|sj$|period|年|月|季", re.IGNORECASE)
+_ID_NAME = re.compile(r"(^|[._])(id|\w*_id|\w*dm|\w*code|\w*mc|\w*mc_en|name|no)$", re.IGNORECASE)
 MAX_TIE_CHOICES = 64  # beyond this many ways to fill a cut tie, only the gold's own choice is accepted
 Rows = list[list[Any]]
 
 
 @dataclass(frozen=True)
 class Keyed:
-    """The gold rewritten: hidden key columns appended (where the ORDER BY names no output column), the
-    LIMIT as WITH TIES; `keys` are the result columns each ORDER BY item reads."""
+    """The gold with its ORDER BY expressions appended as hidden columns (where they name no output
+    column): `keys` are the result columns each ORDER BY item reads, `names` what each sorts on."""
 
-    sql: str
+    tree: exp.Select
     keys: list[int]
+    names: list[str]
     limit: int | None
     hidden: int  # how many key columns were appended
 
     @property
-    def changes_rows(self) -> bool:
-        """Whether the rewrite returns other rows than the gold (else the gold's rows carry the keys)."""
-        return bool(self.hidden) or self.limit is not None
+    def sql(self) -> str:
+        return self.tree.sql(dialect="postgres")
+
+    def with_ties(self, significant: int) -> str:
+        """The rewrite sorted on its first `significant` keys only, every row tied at the LIMIT kept."""
+        tree = self.tree.copy()
+        order = tree.args["order"]
+        order.set("expressions", order.expressions[:significant])
+        fetch = exp.Fetch(
+            direction="FIRST",
+            count=exp.Literal.number(self.limit),
+            limit_options=exp.LimitOptions(rows=True, with_ties=True),
+        )
+        tree.set("limit", fetch)
+        return tree.sql(dialect="postgres")
 
 
 @dataclass(frozen=True)
@@ -59,64 +76,81 @@ def keyed(sql: str, columns: list[str]) -> Keyed | None:
     order = tree.args.get("order")
     if order is None or not isinstance(tree, exp.Select) or any(isinstance(e, exp.Star) for e in tree.expressions):
         return None
-    names = [c.lower() for c in columns]
+    lowered = [c.lower() for c in columns]
     keys: list[int] = []
+    names: list[str] = []
     hidden: list[exp.Expr] = []
     for item in order.expressions:
         target = item.this
         if isinstance(target, exp.Literal) and target.is_int:
             keys.append(int(target.this) - 1)
-        elif isinstance(target, exp.Column) and not target.table and target.name.lower() in names:
-            keys.append(names.index(target.name.lower()))  # a bare output name means the output column
+        elif isinstance(target, exp.Column) and not target.table and target.name.lower() in lowered:
+            keys.append(lowered.index(target.name.lower()))  # a bare output name means the output column
         else:
             keys.append(len(columns) + len(hidden))
             hidden.append(exp.alias_(target.copy(), f"{HIDDEN}{len(hidden)}"))
+        names.append(columns[keys[-1]] if keys[-1] < len(columns) else target.sql(dialect="postgres"))
     if not all(0 <= k < len(columns) + len(hidden) for k in keys):
         return None
     rewritten = tree.copy()
-    if hidden:
-        rewritten.set("expressions", [*rewritten.expressions, *hidden])
+    rewritten.set("expressions", [*rewritten.expressions, *hidden])
     limit = _limit(tree)
-    if limit is not None:
+    if limit is None:
         rewritten.set("limit", None)
-        fetch = exp.Fetch(
-            direction="FIRST",
-            count=exp.Literal.number(limit),
-            limit_options=exp.LimitOptions(rows=True, with_ties=True),
-        )
-        rewritten.set("limit", fetch)
-    return Keyed(rewritten.sql(dialect="postgres"), keys, limit, len(hidden))
+    return Keyed(rewritten, keys, names, limit, len(hidden))
 
 
 def _limit(tree: exp.Select) -> int | None:
+    """The LIMIT (or FETCH FIRST n ROWS ONLY) as a number; None where there is none, it is not a literal
+    or the gold already keeps every tied row."""
     limit = tree.args.get("limit")
-    count = limit.expression if isinstance(limit, exp.Limit) else limit.args.get("count") if limit else None
-    if (
-        isinstance(limit, exp.Fetch)
-        and limit.args.get("limit_options")
-        and limit.args["limit_options"].args.get("with_ties")
-    ):
-        return None  # already WITH TIES: the gold keeps every tied row itself
+    if limit is None or tree.args.get("offset") is not None:
+        return None
+    options = limit.args.get("limit_options")
+    if options is not None and options.args.get("with_ties"):
+        return None
+    count = limit.expression if isinstance(limit, exp.Limit) else limit.args.get("count")
     return int(count.this) if isinstance(count, exp.Literal) and count.is_int else None
 
 
+def significant_keys(names: list[str], values: list[list[Any]]) -> int:
+    """How many leading ORDER BY keys the question asks for: trailing keys that only break ties (an id, a
+    code or a name: `order by n desc, ksdm`) are not, as long as one key is left. A period is never a
+    tie-breaker (`order by year, month`)."""
+    significant = len(names)
+    while significant > 1 and _tie_breaker(names[significant - 1], [v[significant - 1] for v in values]):
+        significant -= 1
+    return significant
+
+
+def _tie_breaker(name: str, values: list[Any]) -> bool:
+    if _TIME_NAME.search(name):
+        return False
+    if _ID_NAME.search(name):
+        return True
+    texts = [v for v in values if v is not None]
+    return all(isinstance(v, str) for v in texts) and not any(_PERIOD.match(v) for v in texts)
+
+
 def acceptable(gold_rows: Rows, width: int, rewrite: Keyed, run: Callable[[str], Rows]) -> list[Ordered] | None:
-    """The golds a grader accepts in place of `gold_rows`: the same rows with their tie groups, and where
-    the LIMIT cuts a tie, each choice of the tied rows. None where the rewritten gold does not return the
-    gold's rows (then the caller keeps the gold as it is)."""
-    full = run(rewrite.sql) if rewrite.changes_rows else gold_rows
-    visible = [r[:width] for r in full]
-    groups = tie_groups([tuple(r[k] for k in rewrite.keys) for r in full])
+    """The golds a grader accepts in place of `gold_rows`: the same rows with their tie groups on the keys
+    the question asks for, and where the LIMIT cuts through such a tie, each choice of the tied rows. None
+    where the rewritten gold does not return the gold's rows (then the caller keeps the gold as it is)."""
+    full = run(rewrite.sql) if rewrite.hidden else gold_rows
+    if [r[:width] for r in full] != gold_rows:  # the rewrite must not change what the gold returns
+        return None
+    significant = significant_keys(rewrite.names, [[r[k] for k in rewrite.keys] for r in full])
+    keys = rewrite.keys[:significant]
+    if rewrite.limit is None or len(gold_rows) < rewrite.limit:
+        return [Ordered(gold_rows, tie_groups([tuple(r[k] for k in keys) for r in full]))]
+    tied = run(rewrite.with_ties(significant))
+    visible, groups = [r[:width] for r in tied], tie_groups([tuple(r[k] for k in keys) for r in tied])
     n = len(gold_rows)
-    if len(visible) < n or (rewrite.limit is None and len(visible) != n):
+    if len(visible) < n or not _sub_bag(gold_rows, visible):
         return None
-    if not _sub_bag(gold_rows, visible):
-        return None
-    if len(visible) == n:
-        return [Ordered(visible, groups)]
     head = groups.index(groups[n - 1])  # the rows before the tie group the LIMIT cut
-    if not _sub_bag(visible[:head], gold_rows):
-        return None
+    if len(visible) == n or not _sub_bag(visible[:head], gold_rows):
+        return [Ordered(gold_rows, groups[:n])] if len(visible) == n else None
     choices: dict[tuple[Any, ...], tuple[list[Any], ...]] = {}
     for pick in combinations(visible[head:], n - head):  # lazily: a long tie has very many choices
         choices.setdefault(tuple(map(_frozen, pick)), pick)

@@ -1,0 +1,305 @@
+"""`testset audit-scorer`: the scorer checked against itself on every answerable task.
+
+Each task's gold result is re-laid-out the ways a human grader accepts (layouts) and changed the ways a
+grader rejects (mutations), and each goes through the scorer as if an agent had returned it. Every layout
+must be accepted and every mutation rejected. A mutation that is another gold's answer, or a moved period
+the data does not tell apart, is reported as such, not as a failure.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalpkg.grading.comparator import match
+from evalpkg.grading.execution import GoldCache, Prediction, gold_match, rate_columns
+from evalpkg.grading.summary import without_summary_rows
+from evalpkg.progress import Progress, quiet
+from evalpkg.sql.executor import QueryFailed, ReadOnlyExecutor, jsonable
+from evalpkg.sql.guard import SqlRefused
+from evalpkg.testset.models import Task
+
+Rows = list[list[Any]]
+
+
+@dataclass(frozen=True)
+class Gold:
+    """One task's first gold as an agent would have returned it."""
+
+    task: Task
+    sql: str
+    columns: list[str]
+    rows: Rows
+    groups: list[int] | None  # tie groups where order matters
+
+
+Layout = tuple[Rows, list[str]]
+Transform = Callable[[Gold], Layout | None]  # None: does not apply to this task
+
+
+def _numeric(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _columns_where(g: Gold, test: Callable[[list[Any]], bool]) -> list[int]:
+    return [j for j in range(len(g.columns)) if g.rows and test([r[j] for r in g.rows])]
+
+
+def _ints(g: Gold) -> list[int]:
+    return _columns_where(g, lambda vs: all(type(v) is int for v in vs))
+
+
+def _floats(g: Gold) -> list[int]:
+    return _columns_where(g, lambda vs: all(type(v) is float for v in vs) and any(v != int(v) for v in vs))
+
+
+# Layouts: a grader accepts each.
+
+
+def extra_columns(g: Gold) -> Layout | None:
+    return [["label", *r, i] for i, r in enumerate(g.rows)], ["label", *g.columns, "row_number"]
+
+
+def permuted_columns(g: Gold) -> Layout | None:
+    return ([r[::-1] for r in g.rows], g.columns[::-1]) if len(g.columns) > 1 else None
+
+
+def renamed_columns(g: Gold) -> Layout | None:
+    return g.rows, [f"answer_{j}" for j in range(len(g.columns))]
+
+
+def shuffled_rows(g: Gold) -> Layout | None:
+    if g.groups is not None or len(g.rows) < 2 or len({repr(r) for r in g.rows}) < 2:
+        return None
+    rows = list(g.rows)
+    while rows == g.rows:
+        random.Random(g.task.id).shuffle(rows)
+    return rows, g.columns
+
+
+def tie_reorder(g: Gold) -> Layout | None:
+    """Rows tied on the ORDER BY keys, each tie in reverse."""
+    if g.groups is None or max(Counter(g.groups).values(), default=0) < 2:
+        return None
+    by_group: dict[int, Rows] = {}
+    for group, row in zip(g.groups, g.rows, strict=True):
+        by_group.setdefault(group, []).append(row)
+    rows = [r for group in by_group.values() for r in reversed(group)]
+    return (rows, g.columns) if rows != g.rows else None
+
+
+def integers_as_floats(g: Gold) -> Layout | None:
+    ints = _ints(g)
+    return ([[float(v) if j in ints else v for j, v in enumerate(r)] for r in g.rows], g.columns) if ints else None
+
+
+def rounded_to_2_decimals(g: Gold) -> Layout | None:
+    """Floats written to 2 decimals, where a grader takes that for the gold (its largest value keeps two
+    significant figures and no value rounds to 0)."""
+    cols = [j for j in _floats(g) if _roundable([r[j] for r in g.rows])]
+    return ([[round(v, 2) if j in cols else v for j, v in enumerate(r)] for r in g.rows], g.columns) if cols else None
+
+
+def _roundable(values: list[float]) -> bool:
+    units = [abs(v) * 100 for v in values]
+    return max(units) >= 10 and all(u == 0 or u >= 0.5 for u in units)
+
+
+def rate_as_percentage(g: Gold) -> Layout | None:
+    """A rate column given the other way: a fraction as a percentage, a percentage as a fraction."""
+    rates = [j for j in rate_columns(g.task, g.columns) if j in _floats(g)]
+    if not rates:
+        return None
+    scale = {j: 100.0 if max(abs(r[j]) for r in g.rows) <= 1 else 0.01 for j in rates}
+    return [[v * scale[j] if j in scale else v for j, v in enumerate(r)] for r in g.rows], g.columns
+
+
+def total_row(g: Gold) -> Layout | None:
+    """A breakdown with a total row on top: labels NULL, counts summed, means of fractional columns."""
+    labels = _columns_where(g, lambda vs: all(isinstance(v, str) for v in vs))
+    ints, floats = _ints(g), _floats(g)
+    if len(g.rows) < 2 or not labels or not ints or without_summary_rows(g.rows) is not None:
+        return None  # (a gold with its own total row asks for it)
+    total = [
+        sum(r[j] for r in g.rows) if j in ints else sum(r[j] for r in g.rows) / len(g.rows) if j in floats else None
+        for j in range(len(g.columns))
+    ]
+    return [total, *g.rows], g.columns
+
+
+# Mutations: a grader rejects each.
+
+
+def _changed(v: Any, tol: float) -> Any:
+    return v + 1 if type(v) is int else v * (1 + 10 * tol) + 1
+
+
+def one_number_changed(g: Gold) -> Layout | None:
+    for i, row in enumerate(g.rows):
+        for j, v in enumerate(row):
+            if _numeric(v):
+                rows = [list(r) for r in g.rows]
+                rows[i][j] = _changed(v, g.task.result.numeric_tolerance)
+                return rows, g.columns
+    return None
+
+
+def rows_out_of_order(g: Gold) -> Layout | None:
+    """Where order matters: the first two rows that are not tied, swapped."""
+    if g.groups is None:
+        return None
+    cut = next((i for i in range(1, len(g.rows)) if g.groups[i] != g.groups[i - 1]), None)
+    if cut is None:
+        return None
+    rows = list(g.rows)
+    rows[cut - 1], rows[cut] = rows[cut], rows[cut - 1]
+    return rows, g.columns
+
+
+def row_dropped(g: Gold) -> Layout | None:
+    return (g.rows[:-1], g.columns) if g.rows else None
+
+
+def row_added(g: Gold) -> Layout | None:
+    """A row like the first, every number changed."""
+    if not g.rows or not any(map(_numeric, g.rows[0])):
+        return None
+    tol = g.task.result.numeric_tolerance
+    return [*g.rows, [_changed(v, tol) if _numeric(v) else v for v in g.rows[0]]], g.columns
+
+
+def row_duplicated(g: Gold) -> Layout | None:
+    return ([*g.rows, g.rows[0]], g.columns) if g.rows else None
+
+
+def unit_not_converted(g: Gold) -> Layout | None:
+    floats = _floats(g)
+    if "unit" not in g.task.tags or not floats:
+        return None
+    return [[v * 18 if j in floats else v for j, v in enumerate(r)] for r in g.rows], g.columns
+
+
+def empty_result(g: Gold) -> Layout | None:
+    return ([], g.columns) if g.rows else None
+
+
+LAYOUTS: dict[str, Transform] = {
+    f.__name__: f
+    for f in (
+        extra_columns,
+        permuted_columns,
+        renamed_columns,
+        shuffled_rows,
+        tie_reorder,
+        integers_as_floats,
+        rounded_to_2_decimals,
+        rate_as_percentage,
+        total_row,
+    )
+}
+MUTATIONS: dict[str, Transform] = {
+    f.__name__: f
+    for f in (
+        one_number_changed,
+        rows_out_of_order,
+        row_dropped,
+        row_added,
+        row_duplicated,
+        unit_not_converted,
+        empty_result,
+    )
+}
+PERIOD_MOVED = "period_moved"  # the gold's date literals a month later, run on the snapshot
+DATE = re.compile(r"'(\d{4})-(\d\d)-(\d\d)")
+
+
+def _month_later(sql: str) -> str | None:
+    def shift(m: re.Match[str]) -> str:
+        year, month = int(m[1]), int(m[2])
+        year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+        return f"'{year:04d}-{month:02d}-{min(int(m[3]), 28):02d}"
+
+    moved = DATE.sub(shift, sql)
+    return moved if moved != sql else None
+
+
+@dataclass
+class TransformResult:
+    name: str
+    kind: str  # layout | mutation
+    applied: int = 0
+    accepted: int = 0
+    explained: int = 0  # mutations accepted because they are another gold's answer, or change nothing (not
+    # counted as applied or accepted)
+    failures: list[str] = field(default_factory=list)  # task ids: a layout rejected, a mutation accepted
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def audit(tasks: list[Task], executor: ReadOnlyExecutor, progress: Progress = quiet) -> list[TransformResult]:
+    """Every transform on every answerable task's first gold."""
+    gold = GoldCache(executor)
+    results = {name: TransformResult(name, "layout") for name in LAYOUTS}
+    results |= {name: TransformResult(name, "mutation") for name in [*MUTATIONS, PERIOD_MOVED]}
+    answerable = [t for t in tasks if t.answerable and t.gold_sql]
+    for n, task in enumerate(answerable, 1):
+        if n % 50 == 0:
+            progress(f"audited {n} of {len(answerable)} tasks")
+        g = _gold(task, gold)
+        for name, layout in _layouts(g, executor):
+            result = results[name]
+            accepted = gold_match(task, Prediction("success", *layout), gold)[0]
+            if accepted and result.kind == "mutation" and _explained(g, layout[0], gold):
+                result.explained += 1
+                continue
+            result.applied += 1
+            result.accepted += accepted
+            if accepted is (result.kind == "mutation"):
+                result.failures.append(task.id)
+    return list(results.values())
+
+
+def _gold(task: Task, gold: GoldCache) -> Gold:
+    columns, _ = gold.get(task.gold_sql[0])
+    ordered = gold.acceptable(task.gold_sql[0], task.result.order_matters)[0]
+    rows = [[jsonable(v) for v in r] for r in ordered.rows]
+    return Gold(task, task.gold_sql[0], columns, rows, ordered.groups)
+
+
+def _layouts(g: Gold, executor: ReadOnlyExecutor) -> Iterator[tuple[str, Layout]]:
+    for name, transform in (LAYOUTS | MUTATIONS).items():
+        if (layout := transform(g)) is not None:
+            yield name, layout
+    moved = _month_later(g.sql)
+    if moved is not None:
+        try:
+            result = executor.run(moved)
+        except (QueryFailed, SqlRefused):
+            return
+        yield PERIOD_MOVED, ([[jsonable(v) for v in r] for r in result.rows], result.columns)
+
+
+def _explained(g: Gold, rows: Rows, gold: GoldCache) -> bool:
+    """An accepted mutation that is the gold itself (a moved period the data does not tell apart) or the
+    answer of another of the task's golds."""
+    tol = g.task.result.numeric_tolerance
+    if match(rows, g.rows, rel_tol=tol):
+        return True
+    return any(
+        match(rows, [[jsonable(v) for v in r] for r in gold.get(sql)[1]], rel_tol=tol) for sql in g.task.gold_sql[1:]
+    )
+
+
+def summary(results: list[TransformResult]) -> list[str]:
+    lines = [f"{'transform':<24}{'kind':<10}{'tasks':>7}{'accepted':>10}{'rate':>8}  failures"]
+    for r in results:
+        rate = f"{r.accepted / r.applied:.0%}" if r.applied else "-"
+        note = f"{len(r.failures)}" + (f" ({r.explained} explained: another gold, or unchanged)" if r.explained else "")
+        lines.append(f"{r.name:<24}{r.kind:<10}{r.applied:>7}{r.accepted:>10}{rate:>8}  {note}")
+    return lines
