@@ -10,6 +10,8 @@ from typing import Any
 from evalpkg.errors import DataError
 from evalpkg.grading import ties
 from evalpkg.grading.comparator import match, order_key_columns, tie_groups
+from evalpkg.grading.labels import Labels
+from evalpkg.grading.pivot import relayouts
 from evalpkg.grading.summary import without_summary_rows
 from evalpkg.sql.executor import QueryFailed, ReadOnlyExecutor, jsonable
 from evalpkg.sql.guard import SqlRefused
@@ -24,6 +26,14 @@ class GoldCache:
         self.executor = executor
         self._rows: dict[str, tuple[list[str], list[list[Any]]]] = {}
         self._acceptable: dict[tuple[str, bool], list[ties.Ordered]] = {}
+        self._labels: Labels | None = None
+
+    @property
+    def labels(self) -> Labels:
+        """What the snapshot's labels mean (codes and their names, periods): read once, when a pivot needs them."""
+        if self._labels is None:
+            self._labels = Labels.from_executor(self.executor)
+        return self._labels
 
     def get(self, sql: str) -> tuple[list[str], list[list[Any]]]:
         if sql not in self._rows:
@@ -165,6 +175,9 @@ def gold_match(
             graded, graded_columns = _graded_view(ordered.rows, columns, keep)
             if _matches(task, seen, seen_columns, graded, graded_columns, ordered.groups):
                 return True, ordered.rows, columns
+        graded, graded_columns = _graded_view(rows, columns, keep)
+        if _pivot_matches(task, seen, seen_columns, graded, graded_columns, gold.labels):
+            return True, rows, columns
     rows_read, columns_read = first if first is not None else (None, [])
     return False, rows_read, columns_read
 
@@ -190,4 +203,28 @@ def _matches(
         detailed = without_summary_rows(pred, task.result.numeric_tolerance)
         if detailed is not None and len(detailed) == len(gold):
             return match(detailed, gold, pinned=_pinned(gold_columns, pred_columns), **options)
+    return False
+
+
+def output_names(task: Task, columns: list[str]) -> list[list[str]]:
+    """What each gold column is known by besides its name: its output's name and meanings."""
+    by_column = {o.column.lower(): o for o in task.outputs}
+    return [[o.name, *o.meaning.values()] if (o := by_column.get(c.lower())) else [] for c in columns]
+
+
+def _pivot_matches(
+    task: Task,
+    pred: list[list[Any]],
+    pred_columns: list[str],
+    gold: list[list[Any]],
+    gold_columns: list[str],
+    labels: Labels,
+) -> bool:
+    """The long form of a wide gold, or the wide form of a long one, where labels name the outputs (row order
+    is not compared after a pivot)."""
+    rates = set(rate_columns(task, gold_columns))
+    for r in relayouts(pred, pred_columns, gold, gold_columns, output_names(task, gold_columns), labels):
+        chosen = [k for k, j in enumerate(r.sources) if j in rates]
+        if match(r.pred, r.gold, pinned=r.pinned, rel_tol=task.result.numeric_tolerance, rates=chosen):
+            return True
     return False

@@ -21,7 +21,7 @@ from evalpkg.grading.summary import without_summary_rows
 from evalpkg.progress import Progress, quiet
 from evalpkg.sql.executor import QueryFailed, ReadOnlyExecutor, jsonable
 from evalpkg.sql.guard import SqlRefused
-from evalpkg.testset.models import Task
+from evalpkg.testset.models import Language, Task
 
 Rows = list[list[Any]]
 
@@ -131,6 +131,57 @@ def total_row(g: Gold) -> Layout | None:
     return [total, *g.rows], g.columns
 
 
+def _long(g: Gold, label: Callable[[int], str | None]) -> Layout | None:
+    """The gold's numeric outputs as (keys..., label, value) rows, one per output and key; None where the
+    gold has fewer than two numeric outputs, a key column that is not text, or no label for an output."""
+    measures = [j for j in _ints(g) + _floats(g) if not PERIOD_NAME.search(g.columns[j])]
+    keys = [j for j in range(len(g.columns)) if j not in measures]
+    names = [label(j) for j in measures]
+    if len(measures) < 2 or len(set(names)) < len(names) or None in names:
+        return None
+    rows = [[*(r[j] for j in keys), name, r[j]] for r in g.rows for j, name in zip(measures, names, strict=True)]
+    return rows, [*(g.columns[j] for j in keys), "label", "value"]
+
+
+def _meaning(g: Gold, j: int, language: str) -> str | None:
+    outputs = {o.column.lower(): o for o in g.task.outputs}
+    output = outputs.get(g.columns[j].lower())
+    return output.meaning.get(Language(language)) if output else None
+
+
+def long_form_zh(g: Gold) -> Layout | None:
+    """Wide outputs as labelled rows, labelled by their Chinese meaning."""
+    return _long(g, lambda j: _meaning(g, j, "zh"))
+
+
+def long_form_en(g: Gold) -> Layout | None:
+    """Wide outputs as labelled rows, labelled by their English meaning."""
+    return _long(g, lambda j: _meaning(g, j, "en"))
+
+
+def long_form_column_names(g: Gold) -> Layout | None:
+    """Wide outputs as labelled rows, labelled by the gold's column names."""
+    return _long(g, lambda j: g.columns[j])
+
+
+def wide_form(g: Gold) -> Layout | None:
+    """A long gold (keys, a label column of 2 to 12 values, one number) with one column per label."""
+    numbers = _ints(g) + _floats(g)
+    texts = _columns_where(g, lambda vs: all(isinstance(v, str) for v in vs))
+    if len(numbers) != 1 or len(texts) < 2 or len(texts) + 1 != len(g.columns):
+        return None
+    value, label = numbers[0], texts[-1]
+    keys = [j for j in texts if j != label]
+    headers = list(dict.fromkeys(r[label] for r in g.rows))
+    wide: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in g.rows:
+        wide.setdefault(tuple(r[j] for j in keys), {})[r[label]] = r[value]
+    if not 2 <= len(headers) <= 12 or sum(map(len, wide.values())) != len(g.rows) or len(wide) < 2:
+        return None
+    rows = [[*key, *(cells.get(h) for h in headers)] for key, cells in wide.items()]
+    return rows, [*(g.columns[j] for j in keys), *headers]
+
+
 # Mutations: a grader rejects each.
 
 
@@ -199,6 +250,10 @@ LAYOUTS: dict[str, Transform] = {
         rounded_to_2_decimals,
         rate_as_percentage,
         total_row,
+        long_form_zh,
+        long_form_en,
+        long_form_column_names,
+        wide_form,
     )
 }
 MUTATIONS: dict[str, Transform] = {
@@ -214,6 +269,7 @@ MUTATIONS: dict[str, Transform] = {
     )
 }
 PERIOD_MOVED = "period_moved"  # the gold's date literals a month later, run on the snapshot
+PERIOD_NAME = re.compile(r"year|quarter|month|week|day|date|period", re.IGNORECASE)  # a key, not a measure
 DATE = re.compile(r"'(\d{4})-(\d\d)-(\d\d)")
 
 

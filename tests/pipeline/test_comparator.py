@@ -283,7 +283,7 @@ def test_version_is_exported() -> None:
         ([["a", 1.23], ["b", 0.46]], [["a", 0.12345], ["b", 0.04567]], [1], False, "10x is neither form"),
     ],
 )
-def test_numbers(pred: Rows, gold: list[list[Any]], rates: list[int], expected: bool, why: str) -> None:
+def test_noise_floor_and_rates(pred: Rows, gold: list[list[Any]], rates: list[int], expected: bool, why: str) -> None:
     assert match(pred, gold, rates=rates) is expected, why
 
 

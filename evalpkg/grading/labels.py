@@ -1,0 +1,225 @@
+"""Which label names which output: the equivalence of labels that a careful grader reads a long-form answer
+by (SPEC §9, "long vs wide when labels name the outputs"). Each label, as a key (NFKC, case-folded, blanks,
+'_' and '-' alike), maps to canonical ids: its own text, the dictionary entries it is a code or a name of
+(`1`/`男`/`male`; `ksdm`/`ksmc`/`ksmc_en`), and the period it writes (`2024-01`/`Jan 2024`/`2024年1月`).
+Built from the eval DB's dictionary tables (a missing one means fewer aliases, never a failure) and
+label_words.json, the English names of the zh words that code mappings use."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from evalpkg.grading.periods import period_ids, period_words
+from evalpkg.sql.executor import QueryFailed, ReadOnlyExecutor
+from evalpkg.sql.guard import SqlRefused
+
+WORDS_FILE = Path(__file__).with_name("label_words.json")
+DICTIONARY_QUERIES = {  # id prefix -> (code, zh name, en name): one id per row
+    "dept": "select ksdm, ksmc, ksmc_en from emr.dict_dept",
+    "lab": "select xmdm, xmmc, xmmc_en from emr.dict_lab_item",
+    "drug": "select ypdm, ypmc, ypmc_en from emr.dict_drug",
+}
+CODE_MAPPING_QUERY = "select table_name, column_name, code_mapping from meta.data_dictionary where code_mapping <> ''"
+_SEPARATORS = re.compile(r"[\s_\-]+")
+# 'code=name' pairs: an ASCII code after a separator; the name ends at a blank, a separator or a
+# parenthesis ('C=作废(结果无效…)' is 作废); '见 dict_dept.ksdm' and the like have no pair.
+_CODE_PAIR = re.compile(r"(?:^|(?<=[\s;；,，]))([A-Za-z0-9_.+]+)=([^\s=;；,，(（]+)")
+Fetch = Callable[[str], Sequence[Sequence[Any]]]
+
+
+def label_key(text: str) -> str:
+    """A label as compared: NFKC, case-folded, trimmed, and blanks, '_' and '-' as one space."""
+    return _SEPARATORS.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+
+
+def label_text(value: Any) -> str | None:
+    """A cell as a label (None: it names nothing, such as NULL, a boolean or a fractional number)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float | decimal.Decimal):
+        try:
+            return str(int(value)) if value == int(value) else None
+        except (OverflowError, ValueError, decimal.InvalidOperation):  # NaN, infinities
+            return None
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    return None
+
+
+def code_pairs(mapping: str) -> list[tuple[str, str]]:
+    """The (code, name) pairs of a data dictionary code_mapping such as '0=未知 1=男 2=女 9=未说明 (GB/T…)'."""
+    return _CODE_PAIR.findall(mapping)
+
+
+def findable(key: str) -> bool:
+    """Whether a key may be looked for inside a longer name: one ASCII letter or a short number would be
+    found everywhere."""
+    return len(key) >= (4 if key.isdigit() else 2 if key.isascii() else 1)
+
+
+def contains(name: str, key: str, longer: Iterable[str] = ()) -> bool:
+    """`key` inside `name` as a whole word where it is ASCII ('male' is not in 'female'; '1月' is not in
+    '11月'), as a plain substring where it is zh ('男' in '男性患者数'), and not only as part of a longer
+    known label there ('医嘱离院' is not in '非医嘱离院人次')."""
+    start = name.find(key)
+    while start >= 0:
+        end = start + len(key)
+        if (
+            (start == 0 or not _word_char(name[start - 1]) or not _word_char(key[0]))
+            and (end == len(name) or not _word_char(name[end]) or not _word_char(key[-1]))
+            and not any(_covers(name, other, start, end) for other in longer)
+        ):
+            return True
+        start = name.find(key, start + 1)
+    return False
+
+
+def _covers(name: str, other: str, start: int, end: int) -> bool:
+    """Whether `other` occurs in `name` around [start, end)."""
+    at = name.find(other, max(0, end - len(other)))
+    return 0 <= at <= start
+
+
+def _word_char(c: str) -> bool:
+    return c.isascii() and c.isalnum()
+
+
+@cache
+def _other_names() -> dict[str, list[str]]:
+    words: dict[str, list[str]] = json.loads(WORDS_FILE.read_text(encoding="utf-8"))
+    return {zh: names for zh, names in words.items() if not zh.startswith("_")}
+
+
+class Labels:
+    """label key -> canonical ids, and back (id -> keys, for finding a label inside a longer name)."""
+
+    def __init__(self, groups: Iterable[tuple[str, Iterable[str | None]]]) -> None:
+        index: dict[str, set[str]] = {}
+        words: dict[str, set[str]] = {}
+        other = _other_names()
+        for ident, names in groups:
+            for name in names:
+                for alias in (name, *other.get(name, ())) if name else ():
+                    if key := label_key(alias):
+                        index.setdefault(key, set()).add(ident)
+                        words.setdefault(ident, set()).add(key)
+        self._ids = {key: frozenset(ids) for key, ids in index.items()}
+        self._words = {ident: frozenset(keys) for ident, keys in words.items()}
+        self._longer: dict[str, tuple[str, ...]] = {}  # key -> the known keys that contain it, on demand
+
+    @classmethod
+    def from_rows(
+        cls,
+        dictionary: Iterable[tuple[str, Sequence[str | None]]] = (),
+        code_mappings: Iterable[Sequence[str | None]] = (),
+    ) -> Labels:
+        """dictionary: (id prefix, (code, zh name, en name)); code_mappings: (table, column, code_mapping)."""
+        groups: list[tuple[str, Iterable[str | None]]] = [(f"word:{zh}", [zh]) for zh in _other_names()]
+        groups += [(f"{prefix}:{row[0]}", row) for prefix, row in dictionary if row and row[0]]
+        for table, column, mapping in code_mappings:
+            for code, name in code_pairs(mapping or ""):
+                groups.append((f"{table}.{column}={code}", [code, name, *name.split("/")]))
+        return cls(groups)
+
+    @classmethod
+    def builtin(cls) -> Labels:
+        """Periods and the word file only (no database)."""
+        return cls.from_rows()
+
+    @classmethod
+    def from_connection(cls, conn: psycopg.Connection[Any]) -> Labels:
+        """From the eval DB's dictionary tables, one query each, each in its own transaction so that a
+        missing table (or a refused one) only means fewer aliases."""
+
+        def fetch(sql: str) -> Sequence[Sequence[Any]]:
+            try:
+                with conn.transaction():
+                    return conn.execute(sql).fetchall()
+            except psycopg.Error:
+                return []
+
+        return cls._fetched(fetch)
+
+    @classmethod
+    def from_executor(cls, executor: ReadOnlyExecutor) -> Labels:
+        """As from_connection, through the grader's executor (trusted queries, under its limits)."""
+
+        def fetch(sql: str) -> Sequence[Sequence[Any]]:
+            try:
+                return executor.run(sql).rows
+            except (QueryFailed, SqlRefused, psycopg.Error):
+                return []
+
+        return cls._fetched(fetch)
+
+    @classmethod
+    def _fetched(cls, fetch: Fetch) -> Labels:
+        dictionary = [(prefix, tuple(row)) for prefix, sql in DICTIONARY_QUERIES.items() for row in fetch(sql)]
+        return cls.from_rows(dictionary, fetch(CODE_MAPPING_QUERY))
+
+    def ids(self, text: str, year: str | None = None) -> frozenset[str]:
+        """What the label means: its own text, dictionary entries, a period (one without a year in `year`)."""
+        key = label_key(text)
+        return self._ids.get(key, frozenset()) | period_ids(key, year) | {f"={key}"}
+
+    def aliases(self, ids: Iterable[str], year: str | None = None) -> set[str]:
+        """Every key that writes one of these ids and may be found inside a longer name."""
+        keys: set[str] = set()
+        for ident in ids:
+            if ident.startswith("="):
+                keys.add(ident[1:])
+            elif ident.startswith(("month:", "quarter:")):
+                keys.update(period_words(ident, year))
+            else:
+                keys.update(self._words.get(ident, ()))
+        return set(filter(findable, keys))
+
+    def longer(self, key: str) -> tuple[str, ...]:
+        """The known labels that contain this key (a dictionary scan, remembered)."""
+        if key not in self._longer:
+            self._longer[key] = tuple(k for k in self._ids if len(k) > len(key) and key in k)
+        return self._longer[key]
+
+    def targets(self, names: Sequence[Sequence[str]], year: str | None = None) -> Targets:
+        """Things labels may name (gold columns, prediction columns), each known by `names[j]`."""
+        groups = [[n for n in group if label_key(n)] for group in names]  # a blank name names nothing
+        ids = [frozenset().union(*(self.ids(n, year) for n in group)) for group in groups]
+        return Targets(self, year, ids, [[label_key(n) for n in group] for group in groups])
+
+
+@dataclass(frozen=True)
+class Targets:
+    labels: Labels
+    year: str | None
+    ids: list[frozenset[str]]
+    keys: list[list[str]]
+
+    def named(self, text: str) -> set[int]:
+        """The targets a label names: those it means exactly (a shared id) where there are any, else those
+        whose names contain one of its aliases, or whose name it contains ('male patients' names 'male')."""
+        ids = self.labels.ids(text, self.year)
+        exact = {j for j, target in enumerate(self.ids) if not ids.isdisjoint(target)}
+        if exact:
+            return exact
+        aliases, own = self.labels.aliases(ids, self.year), label_key(text)
+        return {
+            j
+            for j, keys in enumerate(self.keys)
+            if any(contains(k, a, self.labels.longer(a)) for k in keys for a in aliases)
+            or any(findable(k) and contains(own, k) for k in keys)
+        }

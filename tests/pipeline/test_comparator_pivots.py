@@ -1,0 +1,299 @@
+"""Long vs wide (SPEC §9): a prediction in the other layout matches where its labels name the gold's outputs,
+and only then. Every case names its reason, wired through comparator.match as execution_match grades: the
+plain comparison first, then each relayout."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evalpkg.db import connect
+from evalpkg.grading.comparator import match
+from evalpkg.grading.labels import Labels, code_pairs, contains, label_key
+from evalpkg.grading.periods import one_year, period_ids
+from evalpkg.grading.pivot import MAX_RELAYOUTS, relayouts
+from evalpkg.settings import EVAL_DB, Settings
+from evalpkg.sql.executor import ReadOnlyExecutor
+from evalpkg.sync.runner import SyncReport
+
+DICTIONARY_CSV = Path(__file__).resolve().parents[2] / "evalpkg" / "prod" / "data_dictionary.csv"
+DEPTS = [
+    ("0101", "心血管内科", "Cardiology"),
+    ("0102", "内分泌科", "Endocrinology"),
+    ("0104", "消化内科", "Gastroenterology"),
+]
+LABELS = Labels.from_rows(
+    [("dept", d) for d in DEPTS],
+    [(r["table_name"], r["column_name"], r["code_mapping"]) for r in csv.DictReader(DICTIONARY_CSV.open())],
+)
+Rows = list[list[Any]]
+
+
+def graded(pred: Rows, pred_columns: list[str], gold: Rows, gold_columns: list[str], names: list[list[str]]) -> bool:
+    """What execution_match decides: the plain comparison, else the first relayout that matches."""
+    if match(pred, gold):
+        return True
+    candidates = relayouts(pred, pred_columns, gold, gold_columns, names, LABELS)
+    return any(match(r.pred, r.gold, pinned=r.pinned) for r in candidates)
+
+
+# st-patients_sex_by_age_group: one wide row, named by the task's outputs.
+SEX_GOLD, SEX_COLUMNS = [[10, 12, 1]], ["male", "female", "unknown"]
+SEX_NAMES = [
+    ["male", "男性患者数", "male patients"],
+    ["female", "女性患者数", "female patients"],
+    ["unknown", "性别未知或未说明的患者数", "patients of unknown or unstated sex"],
+]
+
+
+@pytest.mark.parametrize(
+    ("pred", "expected", "why"),
+    [
+        ([["男", 10], ["女", 12], ["未知", 1]], True, "zh labels from the code mapping"),
+        ([["male", 10], ["female", 12], ["unknown", 1]], True, "en labels from the word file"),
+        ([["Male", 10], ["FEMALE", 12], ["Unknown", 1]], True, "labels are case-folded"),
+        ([["男性", 10], ["女性", 12], ["未知", 1]], True, "zh variants of the code words"),
+        ([["male patients", 10], ["female patients", 12], ["unknown", 1]], True, "labels as the outputs' meanings"),
+        ([[1, 10], [2, 12], [0, 1]], True, "xb codes as integers"),
+        ([["0", 1], ["2", 12], ["1", 10]], True, "xb codes as text, rows in any order"),
+        ([["男", 10, 0.43], ["女", 12, 0.52], ["未知", 1, 0.04]], True, "a share beside each count is an extra column"),
+        ([["男", 10], ["女", 12], ["未知", 1], ["合计", 23]], True, "a label naming no output is an extra row"),
+        ([[10], [12], [1]], False, "an unlabelled long form: the labels carry the meaning"),
+        ([[1, 12], [2, 10], [3, 1]], False, "row numbers are no sex codes: unknown is unnamed, and 1 is not 12"),
+        ([["女", 10], ["男", 12], ["未知", 1]], False, "values under the wrong labels (swapped)"),
+        ([["男", 10], ["女", 13], ["未知", 1]], False, "a value changed"),
+        ([["男", 10], ["女", 12]], False, "a label missing"),
+        ([["男", 10], ["女", 12], ["其他", 1]], False, "a label that names no output in place of one that does"),
+        ([["male", 10], ["patients", 12], ["unknown", 1]], False, "an ambiguous label (names every output)"),
+        ([["男", 10], ["男", 12], ["未知", 1]], False, "one label twice"),
+        ([["未知", 1], ["未说明", 0], ["男", 10], ["女", 12]], False, "two labels naming one output"),
+    ],
+)
+def test_long_prediction_of_a_wide_gold(pred: Rows, expected: bool, why: str) -> None:
+    columns = ["sex", "patients", "share"][: len(pred[0])]
+    assert graded(pred, columns, SEX_GOLD, SEX_COLUMNS, SEX_NAMES) is expected, why
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "gold_columns", "names", "expected", "why"),
+    [
+        (
+            [[1, 40], [2, 7]],
+            [[40, 7]],
+            ["long_term", "temporary"],
+            [
+                ["long_term", "长期医嘱条数", "long-term orders"],
+                ["temporary", "临时医嘱条数", "temporary (one-off) orders"],
+            ],
+            True,
+            "yzlx codes name the outputs through their meanings ('临时医嘱/门诊处方' is split)",
+        ),
+        (
+            [[1, 100], [2, 5], [4, 2], [5, 3], [9, 4]],
+            [[3, 5, 2]],
+            ["deaths", "transfers", "against_advice"],
+            [
+                ["deaths", "院内死亡出院人次（cyfs=5）", "in-hospital deaths (cyfs 5)"],
+                ["transfers", "医嘱转院出院人次（cyfs=2）", "transfers by order (cyfs 2)"],
+                ["against_advice", "非医嘱离院人次（cyfs=4）", "discharges against medical advice (cyfs 4)"],
+            ],
+            True,
+            "cyfs codes; 医嘱离院 (1) is no part of 非医嘱离院",
+        ),
+        (
+            [["MZ", 300], ["ZY", 45]],
+            [[300, 45]],
+            ["outpatient", "inpatient"],
+            [["outpatient", "门诊人次", "outpatient visits"], ["inpatient", "住院人次", "inpatient admissions"]],
+            True,
+            "visit_type codes",
+        ),
+        (
+            [["MZ", 45], ["ZY", 300]],
+            [[300, 45]],
+            ["outpatient", "inpatient"],
+            [["outpatient", "门诊人次", "outpatient visits"], ["inpatient", "住院人次", "inpatient admissions"]],
+            False,
+            "visit_type codes, values swapped",
+        ),
+        (
+            [["门诊", 300], ["住院", 45]],
+            [[300, 45]],
+            ["visits_a", "visits_b"],
+            [[], []],
+            False,
+            "labels that name no gold column do not match by values alone",
+        ),
+    ],
+)
+def test_coded_labels(
+    pred: Rows, gold: Rows, gold_columns: list[str], names: list[list[str]], expected: bool, why: str
+) -> None:
+    assert graded(pred, ["code", "n"], gold, gold_columns, names) is expected, why
+
+
+# Two keys: department x month, long in the gold (ksmc, month, visits), wide in the prediction.
+MONTHS = ["2024-01", "2024-02", "2024-03"]
+DEPT_NAMES = [d[1] for d in DEPTS]
+LONG: Rows = [[d, m, 10 * i + j] for i, d in enumerate(DEPT_NAMES) for j, m in enumerate(MONTHS)]
+LONG_COLUMNS = ["ksmc", "month", "visits"]
+WIDE: Rows = [[d, *(10 * i + j for j in range(3))] for i, d in enumerate(DEPT_NAMES)]
+
+
+def wide(headers: list[str], key: str = "ksmc", rows: Rows = WIDE) -> tuple[Rows, list[str]]:
+    return rows, [key, *headers]
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected", "why"),
+    [
+        (MONTHS, True, "months as 'YYYY-MM' columns"),
+        (["Jan 2024", "Feb 2024", "Mar 2024"], True, "English month and year"),
+        (["2024年1月", "2024年2月", "2024年3月"], True, "zh month and year"),
+        (["1月", "2月", "3月"], True, "zh months without the year: every label lies in 2024"),
+        (["jan", "feb", "mar"], True, "English months without the year"),
+        (["1", "2", "3"], True, "month numbers"),
+        (["visits_2024_01", "visits_2024_02", "visits_2024_03"], True, "the month inside a longer header"),
+        (["2024-02", "2024-03", "2024-04"], False, "the months are shifted by one"),
+        (["2024-02", "2024-01", "2024-03"], False, "two months' values under each other's label"),
+        (["a", "b", "c"], False, "unlabelled columns"),
+        (["m1", "m2", "m3"], False, "'m1' does not say month (it could be male)"),
+        (["2024-01", "2024-01", "2024-03"], False, "an ambiguous header: two columns for one month"),
+    ],
+)
+def test_wide_prediction_of_a_long_gold(headers: list[str], expected: bool, why: str) -> None:
+    pred, columns = wide(headers)
+    assert graded(pred, columns, LONG, LONG_COLUMNS, [[], [], []]) is expected, why
+
+
+@pytest.mark.parametrize(
+    ("pred", "pred_columns", "expected", "why"),
+    [
+        (LONG, LONG_COLUMNS, True, "the long form of a wide gold, two keys"),
+        ([[d, f"{m}-01", v] for d, m, v in LONG], ["ksmc", "m", "v"], True, "months as dates on the 1st"),
+        ([[d, int(m[-2:]), v] for d, m, v in LONG], ["ksmc", "m", "v"], True, "months as numbers, one year"),
+        ([[d, m, v] for d, m, v in LONG if v != 21], LONG_COLUMNS, False, "a missing row is no 21"),
+        ([[d, m, 99 if v == 21 else v] for d, m, v in LONG], LONG_COLUMNS, False, "a value changed"),
+        ([[d, v] for d, _, v in LONG], ["ksmc", "visits"], False, "the month label dropped"),
+    ],
+)
+def test_long_prediction_of_a_wide_gold_with_two_keys(
+    pred: Rows, pred_columns: list[str], expected: bool, why: str
+) -> None:
+    assert graded(pred, pred_columns, WIDE, ["ksmc", *MONTHS], [[], [], [], []]) is expected, why
+
+
+def test_codes_name_the_columns_of_their_names() -> None:
+    """The gold keyed by ksdm codes, the prediction's headers are the departments' English names."""
+    gold = [[m, code, 10 * i + j] for i, (code, _, _) in enumerate(DEPTS) for j, m in enumerate(MONTHS)]
+    pred = [[m, *(10 * i + j for i in range(3))] for j, m in enumerate(MONTHS)]
+    headers = [d[2] for d in DEPTS]
+    assert graded(pred, ["month", *headers], gold, ["month", "ksdm", "visits"], [[], [], []]), "ksdm vs ksmc_en"
+    assert not graded(pred, ["month", *headers[::-1]], gold, ["month", "ksdm", "visits"], [[], [], []]), "reversed"
+
+
+def test_a_missing_long_row_is_a_null_cell() -> None:
+    gold = [[d, *(None if (i, j) == (1, 2) else 10 * i + j for j in range(3))] for i, d in enumerate(DEPT_NAMES)]
+    pred = [[d, m, v] for d, m, v in LONG if v != 12]
+    assert graded(pred, LONG_COLUMNS, gold, ["ksmc", *MONTHS], [[], [], [], []])
+
+
+def test_month_names_without_a_year_need_one_year() -> None:
+    gold = [["2023-12", 5], ["2024-01", 7]]
+    assert graded([[5, 7]], ["2023-12", "2024-01"], gold, ["month", "n"], [[], []]), "with the years"
+    assert not graded([[5, 7]], ["dec", "jan"], gold, ["month", "n"], [[], []]), "the labels span two years"
+
+
+def test_quarters() -> None:
+    gold = [["2024-Q1", 5], ["2024-Q2", 7], ["2024-Q3", 9]]
+    assert graded([[5, 7, 9]], ["Q1", "Q2", "Q3"], gold, ["quarter", "n"], [[], []])
+    assert graded([[5, 7, 9]], ["2024年第一季度", "2024年第二季度", "2024年第三季度"], gold, ["quarter", "n"], [[], []])
+    assert not graded([[7, 5, 9]], ["Q1", "Q2", "Q3"], gold, ["quarter", "n"], [[], []])
+
+
+def test_a_fractional_tolerance_still_applies() -> None:
+    pred = [["male", 45.0000001], ["female", 54.9999999]]
+    candidates = relayouts(pred, ["sex", "pct"], [[45.0, 55.0]], ["male_pct", "female_pct"], [[], []], LABELS)
+    assert any(match(r.pred, r.gold, pinned=r.pinned, rel_tol=1e-6) for r in candidates)
+
+
+def test_nothing_to_pivot_yields_nothing_and_candidates_are_few() -> None:
+    assert list(relayouts([[10], [12]], ["n"], SEX_GOLD, SEX_COLUMNS, SEX_NAMES, LABELS)) == []
+    assert list(relayouts([["x", 1], ["y", 2]], ["k", "n"], [[1, 2]], ["a", "b"], [[], []], LABELS)) == []
+    many = [[f"2024-{m:02d}", m, m * 2, m * 3] for m in range(1, 13)]
+    wide_gold = [list(range(1, 13))]
+    found = list(
+        relayouts(many, ["month", "a", "b", "c"], wide_gold, [f"2024-{m:02d}" for m in range(1, 13)], [], LABELS)
+    )
+    assert 0 < len(found) <= MAX_RELAYOUTS
+
+
+@pytest.mark.parametrize(
+    ("text", "year", "expected"),
+    [
+        ("2024-01", None, {"month:2024-01"}),
+        ("January 2024", None, {"month:2024-01"}),
+        ("Jan_2024", None, {"month:2024-01"}),
+        ("2024年1月", None, {"month:2024-01"}),
+        ("2024-01-01", None, {"month:2024-01"}),
+        ("2024-01-01 00:00:00", None, {"month:2024-01"}),
+        ("2024-01-15", None, set()),
+        ("1", "2024", {"month:2024-01"}),
+        ("01", None, {"month:*-01"}),
+        ("1月", "2024", {"month:2024-01"}),
+        ("13", "2024", set()),
+        ("2024-Q3", None, {"quarter:2024-Q3"}),
+        ("Q3", "2024", {"quarter:2024-Q3"}),
+        ("2024年第三季度", None, {"quarter:2024-Q3"}),
+        ("male", None, set()),
+    ],
+)
+def test_period_labels(text: str, year: str | None, expected: set[str]) -> None:
+    assert period_ids(label_key(text), year) == expected
+
+
+def test_label_helpers() -> None:
+    assert code_pairs("0=未知 1=男 2=女 9=未说明 (GB/T 2261.1)") == [
+        ("0", "未知"),
+        ("1", "男"),
+        ("2", "女"),
+        ("9", "未说明"),
+    ]
+    assert code_pairs("F=终审 C=作废(结果无效，统计时应排除)") == [("F", "终审"), ("C", "作废")]
+    assert code_pairs("见 dict_dept.ksdm") == []
+    assert code_pairs("抗凝药=华法林/利伐沙班; 胰岛素") == [], "a category is no code"
+    assert contains("male patients", "male") and not contains("female patients", "male")
+    assert contains("男性患者数", "男") and not contains("2024年11月", "1月")
+    assert not contains("非医嘱离院人次", "医嘱离院", ["非医嘱离院"])
+    assert one_year(["2024 01", "jan", "2024 03"]) == "2024" and one_year(["2023 12", "2024 01"]) is None
+    builtin = Labels.builtin()
+    assert builtin.ids("male") & builtin.ids("男") and not builtin.ids("male") & builtin.ids("female")
+    assert not builtin.ids("1") & builtin.ids("男"), "codes come from the database, not the word file"
+
+
+def test_labels_from_the_eval_db(synced: SyncReport, generated: Settings) -> None:
+    with connect(generated.db_url(EVAL_DB)) as conn:
+        labels = Labels.from_connection(conn)
+    assert labels.ids("0101") & labels.ids("心血管内科") & labels.ids("cardiology"), "dict_dept: ksdm, ksmc, ksmc_en"
+    assert labels.ids("GLU") & labels.ids("空腹血糖"), "dict_lab_item"
+    assert labels.ids("Y0001") & labels.ids("metformin"), "dict_drug"
+    assert labels.ids("1") & labels.ids("male") and labels.ids("2") & labels.ids("女"), "meta.data_dictionary xb"
+    assert labels.ids("ZY") & labels.ids("inpatient"), "visit_type, through the word file"
+    through_grader = Labels.from_executor(ReadOnlyExecutor(generated.agent_url()))
+    assert through_grader.ids("0101") & through_grader.ids("cardiology"), "as the grader's role reads them"
+    with connect(generated.admin_url) as conn:  # a database without the tables: fewer aliases, no failure
+        bare = Labels.from_connection(conn)
+    assert bare.ids("male") & bare.ids("男") and not bare.ids("0101") & bare.ids("cardiology")
+
+
+def test_sources_carry_a_rate_column_through_the_pivot() -> None:
+    """The gold's rate column becomes one column per label: each is a rate, given as fraction or percent."""
+    gold = [["2024-01", 45.0], ["2024-02", 55.5]]
+    found = list(relayouts([[0.45, 0.555]], ["2024-01", "2024-02"], gold, ["month", "pct"], [[], []], LABELS))
+    assert [r.sources for r in found] == [[1, 1]]
+    rates = [k for k, j in enumerate(found[0].sources) if j == 1]
+    assert match(found[0].pred, found[0].gold, pinned=found[0].pinned, rates=rates)
+    assert not match(found[0].pred, found[0].gold, pinned=found[0].pinned), "without rates 0.45 is not 45"

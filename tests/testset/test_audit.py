@@ -1,0 +1,45 @@
+"""`testset audit-scorer` on the committed latest release: every layout a grader accepts is accepted and
+every mutation a grader rejects is rejected, on every task it applies to; and the audit itself fails when
+a rule is broken."""
+
+from __future__ import annotations
+
+import pytest
+
+from evalpkg.grading import execution
+from evalpkg.settings import PROJECT_ROOT, Settings
+from evalpkg.sync.runner import SyncReport
+from evalpkg.testset import audit, release
+from evalpkg.testset.validate import gold_executor
+
+COMMITTED = PROJECT_ROOT / "tasks"
+# Transforms that apply to many tasks of every release from v6 on (the rest apply where the task allows).
+BROAD = {"extra_columns", "renamed_columns", "integers_as_floats", "rounded_to_2_decimals", "total_row"}
+BROAD |= {"rate_as_percentage", "long_form_zh", "long_form_en", "row_dropped", "row_duplicated", "empty_result"}
+
+
+def _audit(settings: Settings) -> dict[str, audit.TransformResult]:
+    executor = gold_executor(settings)
+    try:
+        return {r.name: r for r in audit.audit(release.load(COMMITTED).tasks, executor)}
+    finally:
+        executor.close()
+
+
+def test_the_scorer_accepts_every_layout_and_rejects_every_mutation(synced: SyncReport, generated: Settings) -> None:
+    results = _audit(generated)
+    assert set(results) == {*audit.LAYOUTS, *audit.MUTATIONS, audit.PERIOD_MOVED}
+    for r in results.values():
+        assert r.applied > 0, f"{r.name} applied to no task"
+        assert r.ok, (r.name, r.kind, r.failures[:5])
+        assert r.accepted == (r.applied if r.kind == "layout" else 0), r.name
+    assert all(results[name].applied >= 60 for name in BROAD), {n: results[n].applied for n in BROAD}
+
+
+def test_the_audit_fails_where_a_rule_is_broken(
+    synced: SyncReport, generated: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(execution, "without_summary_rows", lambda rows, rel_tol=0.0: None)  # no total rows
+    results = _audit(generated)
+    assert results["total_row"].failures and len(results["total_row"].failures) == results["total_row"].applied
+    assert all(r.ok for name, r in results.items() if name != "total_row")
