@@ -97,6 +97,47 @@ def stats(version: Annotated[str | None, typer.Argument()] = None) -> None:
         )
     else:
         typer.echo(f"review: no task annotated twice ({len(reviews)} with the generator's record only)")
+    _remeasured_agreement()
+
+
+def _remeasured_agreement() -> None:
+    """The second annotations measured again by today's comparator, and the arbitrations that upheld a
+    gold for layout alone among the tasks that still disagree."""
+    from evalpkg.grading.comparator import COMPARATOR_VERSION
+    from evalpkg.testset.annotate import decisions, remeasured
+
+    settings = get_settings()
+    upheld = {k for k, d in decisions(settings.tasks_dir).items() if d.outcome == "gold_upheld" and LAYOUT in d.note}
+    for measured in remeasured(settings):
+        n, agree = len(measured.tasks), sum(t.agreement == 1.0 for t in measured.tasks)
+        still = sum(t.task_id in upheld for t in measured.disagreements())
+        typer.echo(
+            f"second annotation {measured.annotator.id} re-measured on comparator v{COMPARATOR_VERSION} against "
+            f"{measured.version} (before arbitration): {agree} of {n} ({agree / n:.1%}) agree on every non-technical "
+            "variant; gold upheld as "
+            f"'{LAYOUT}' where they still disagree: {still}"
+        )
+
+
+LAYOUT = "same counts in another layout"  # how an arbitration upholding a gold for layout alone reads
+
+
+@app.command()
+def worlds(
+    build: Annotated[bool, typer.Option("--build/--list", help="build the missing ones (a minute or two each)")] = True,
+) -> None:
+    """The reference worlds, kept under the state directory: runs score in each of them too
+    (semantic_accuracy), and `validate --reference-worlds` checks the release's claims there."""
+    from evalpkg.testset import worlds as reference
+
+    settings = get_settings()
+    ready = set(reference.built(settings))
+    if build:
+        for world, _ in reference.each(settings, tuple(w for w in reference.WORLDS if w not in ready), progress=_log):
+            ready.add(world)
+    for world in reference.WORLDS:
+        state = "built" if world in ready else "not built"
+        typer.echo(f"{world.label():<36} {state:<10} {reference.home(settings, world)}")
 
 
 @app.command("audit-scorer")
@@ -109,16 +150,19 @@ def audit_scorer(
     Exits 1 where a layout is rejected or a mutation accepted."""
     from evalpkg.testset import release
     from evalpkg.testset.audit import audit, summary
+    from evalpkg.testset.gold import agent_connection, snapshot_version
     from evalpkg.testset.validate import gold_executor
 
     settings = get_settings()
     rel = release.load(settings.tasks_dir, version)
+    with agent_connection(settings) as conn:
+        snapshot = snapshot_version(conn)
     executor = gold_executor(settings)
     try:
         results = audit(rel.tasks, executor, progress=_log)
     finally:
         executor.close()
-    typer.echo(f"{rel.version}: the scorer on its own golds ({len(rel.tasks)} tasks)")
+    typer.echo(f"{rel.version}: the scorer on its own golds ({len(rel.tasks)} tasks, snapshot {snapshot})")
     for line in summary(results):
         typer.echo(line)
     failed = [r for r in results if r.failures]

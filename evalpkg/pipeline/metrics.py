@@ -74,6 +74,18 @@ def summarize(scores: list[InstanceScore]) -> dict[str, float]:
         "latency_s_mean": _mean(s.latency_s for s in scores),
         "latency_s_p95": float(np.percentile([s.latency_s for s in scores], 95)),
         "tokens_mean": _mean(s.prompt_tokens + s.completion_tokens for s in scores),
+        **_semantic(scores),
+    }
+
+
+def _semantic(scores: list[InstanceScore]) -> dict[str, float]:
+    """Correct here and in every reference world, where measured; and the matches that hold here only."""
+    measured = [s for s in scores if s.semantic_correct is not None]
+    if not measured:
+        return {}
+    return {
+        "semantic_accuracy": _mean(bool(s.semantic_correct) for s in measured),
+        "coincidental_matches": float(sum(s.correct and not s.semantic_correct for s in measured)),
     }
 
 
@@ -120,6 +132,7 @@ def flat_metrics(
 
 # Instance-level measures compared pairwise by `evalpkg compare`; None where an instance has none.
 PAIRED_MEASURES: dict[str, Callable[[InstanceScore], float | None]] = {
+    "semantic_accuracy": lambda s: None if s.semantic_correct is None else float(s.semantic_correct),
     "answer_point_coverage": lambda s: s.answer_coverage,
     "judged_text_coverage": lambda s: s.judged_text_coverage,
     "clarification_accuracy": lambda s: float(s.clarification_correct) if s.clarification_needed else None,

@@ -133,6 +133,18 @@ def write_report(
     cluster_rows = [
         {"cluster": c.cluster, "size": c.size, "name": c.name, "examples": ", ".join(c.examples)} for c in clusters
     ]
+    coincidental = [
+        {"instance": s.instance_id, "type": s.type, "misses in": "; ".join(s.world_misses)}
+        for s in scores
+        if s.correct and s.world_misses
+    ]
+    semantic = (
+        "<p>Not measured: no reference world is built (<code>evalpkg testset worlds</code> builds them).</p>"
+        if "semantic_accuracy" not in overall
+        else _table(coincidental)
+        if coincidental
+        else "<p>None: every match on the snapshot also matches in every reference world.</p>"
+    )
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>EMR agent run {html.escape(run_id)}</title>
 <style>{CSS}</style></head><body>
 <h1>Run {html.escape(run_id)}</h1>
@@ -141,6 +153,7 @@ test set {html.escape(str(config.get("testset_version")))}, {int(overall.get("in
 <h2>Overall</h2>{_table([{k: v for k, v in overall.items()}])}
 <h2>Plots</h2>{"".join(_plots(scores, clusters))}
 <h2>By type, difficulty and complexity</h2>{_table(groups)}
+<h2>Matches on the snapshot only (coincidental)</h2>{semantic}
 <h2>Error clusters</h2>{_table(cluster_rows)}
 <h2>Trajectories</h2>{"".join(drill)}
 <h2>Configuration</h2><pre>{html.escape(json.dumps(config, ensure_ascii=False, indent=2))}</pre>

@@ -27,6 +27,7 @@ from evalpkg.pipeline.metrics import breakdown
 from evalpkg.pipeline.plan import normalize, sampled_cells
 from evalpkg.pipeline.report import write_report
 from evalpkg.pipeline.score import InstanceScore, score_instance
+from evalpkg.pipeline.semantic import score_in_worlds
 from evalpkg.progress import Progress, quiet
 from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
@@ -34,7 +35,7 @@ from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset import release
 from evalpkg.testset.gold import agent_connection, snapshot_version
 
-LIST_FIELDS = {"tool_names", "missed_points", "unsupported_numbers"}  # not columns for the GX suite
+LIST_FIELDS = {"tool_names", "missed_points", "unsupported_numbers", "world_misses"}  # not columns for the GX suite
 
 
 @dataclass
@@ -125,6 +126,10 @@ def score_run(settings: Settings, run_id: str, progress: Progress = quiet, *, sa
         if judge is not None:
             judge.close()
     progress(f"scored {len(scores)} instances")
+    if config.reference_worlds and not score_in_worlds(
+        settings, scores, trajectories, tasks, timeout_ms=config.sql_timeout_ms * 2, progress=progress
+    ):
+        progress("semantic accuracy not measured: no reference world is built (`evalpkg testset worlds` builds them)")
     if save and (before := store.comparator_versions(settings, run_id) - {COMPARATOR_VERSION}):
         earlier = ", ".join(sorted(f"v{v or 1}" for v in before))  # scores without a version predate v2
         progress(f"{run_id} was scored before by comparator {earlier}; its scores now follow v{COMPARATOR_VERSION}")

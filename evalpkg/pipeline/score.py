@@ -55,6 +55,8 @@ class InstanceScore(BaseModel):
     clarification_correct: bool
     answer_coverage: float | None
     judged_text_coverage: float | None = None  # text points an LLM judge says are stated (--judge-endpoint)
+    semantic_correct: bool | None = None  # correct here and in every reference world (None: not measured)
+    world_misses: list[str] = []  # the reference worlds where the final SQL does not match the gold
     missed_points: list[int] = []  # indexes into the task's answer_points
     # defaults keep scores stored before these measures loadable
     numbers_stated: int = 0

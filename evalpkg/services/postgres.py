@@ -134,6 +134,8 @@ def start(settings: Settings) -> None:
                 str(p.data),
                 "-l",
                 str(p.log),
+                "-o",
+                f"-p {settings.pg_port}",  # the port of this start (a kept cluster gets a free one each time)
                 "-w",
                 "-t",
                 "60",

@@ -76,7 +76,7 @@ def adjudicate(
     before = src.by_id()
     regolded = [t for t in plan.tasks if t.gold_sql != before[t.id].gold_sql]
     _check_new_golds(settings, regolded, before)
-    _drop_tags_that_stop_biting(plan, regolded, reference, progress)
+    _drop_tags_that_stop_biting(settings, plan, regolded, reference, progress)
     progress(f"{len(plan.tasks)} tasks reviewed; {len(plan.changes.removed)} dropped by arbitration")
     target = release.next_version(tasks_dir)
     with agent_connection(settings) as conn:
@@ -136,14 +136,18 @@ def _check_new_golds(settings: Settings, tasks: list[Task], before: dict[str, Ta
 
 
 def _drop_tags_that_stop_biting(
-    plan: Adjudication, regolded: list[Task], reference: tuple[worlds.World, ...], progress: Progress
+    settings: Settings,
+    plan: Adjudication,
+    regolded: list[Task],
+    reference: tuple[worlds.World, ...],
+    progress: Progress,
 ) -> None:
     """A second accepted gold can accept what a trap-blind rewrite returns: such a tag no longer holds in
     every reference world, so it goes, with the reason (as `reselect` drops it)."""
     if not regolded:
         return
     misses: dict[tuple[str, str], int] = {}
-    for _, scratch in worlds.build(reference, progress=progress):
+    for _, scratch in worlds.each(settings, reference, progress=progress):
         executor = gold_executor(scratch)
         try:
             for o in traps.measure(regolded, executor):

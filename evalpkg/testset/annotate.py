@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final, Literal
 from pydantic import BaseModel, ValidationError
 
 from evalpkg.errors import DataError, UsageError
+from evalpkg.grading.comparator import COMPARATOR_VERSION
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import QueryFailed
@@ -69,6 +70,7 @@ class AgreementFile(BaseModel):
     snapshot_version: str
     measured_at: str
     tasks: list[TaskAgreement]
+    comparator_version: int | None = None  # the rules it was measured by (None: before v4 recorded it)
 
     def overall(self) -> float:
         return sum(t.agreement == 1.0 for t in self.tasks) / len(self.tasks) if self.tasks else 0.0
@@ -123,7 +125,22 @@ def measure(
         snapshot_version=snap,
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
         tasks=results,
+        comparator_version=COMPARATOR_VERSION,
     )
+
+
+def remeasured(settings: Settings) -> list[AgreementFile]:
+    """Every second annotation kept under tasks/annotations/, measured again now against the release it was
+    first measured on, so before arbitration (the comparator's rules change; the agreement recorded in the
+    release is what it was when it was cut)."""
+    folder = settings.tasks_dir / ANNOTATIONS
+    paths = sorted(p for p in folder.glob("*.json") if not p.name.endswith(".agreement.json") and p.name != ARBITRATION)
+    out = []
+    for path in paths:
+        recorded = path.with_suffix(".agreement.json")
+        first = AgreementFile.model_validate_json(recorded.read_text(encoding="utf-8")) if recorded.exists() else None
+        out.append(measure(settings, load_annotation(path), first.version if first else None))
+    return out
 
 
 def _sql_for(task: Task, annotation: Annotation, domain: dict[str, list[Value]]) -> Written | None:

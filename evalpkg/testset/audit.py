@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalpkg.errors import DataError
 from evalpkg.grading.comparator import match
 from evalpkg.grading.execution import GoldCache, Prediction, gold_match, rate_columns
 from evalpkg.grading.summary import without_summary_rows
@@ -307,7 +308,10 @@ def audit(tasks: list[Task], executor: ReadOnlyExecutor, progress: Progress = qu
     for n, task in enumerate(answerable, 1):
         if n % 50 == 0:
             progress(f"audited {n} of {len(answerable)} tasks")
-        g = _gold(task, gold)
+        try:
+            g = _gold(task, gold)
+        except (QueryFailed, SqlRefused, DataError) as exc:  # validate names such a gold; here it has no result
+            raise DataError(f"{task.id}: its gold does not run on this snapshot: {exc}") from exc
         for name, layout in _layouts(g, executor):
             result = results[name]
             accepted = gold_match(task, Prediction("success", *layout), gold)[0]

@@ -90,7 +90,7 @@ def reselect(
         snap = snapshot_version(conn)  # the user's snapshot, which the release notes name
     verdicts: dict[Key, Verdict] = {}
     groups: dict[str, list[Candidate]] = {}
-    for n, (world, scratch) in enumerate(worlds.build(reference, progress=progress), 1):
+    for n, (world, scratch) in enumerate(worlds.each(settings, reference, progress=progress), 1):
         if not groups:
             groups = _candidates(scratch, src.tasks)
         everyone = [c for group in groups.values() for c in group]

@@ -182,7 +182,7 @@ def validate_reference(
     """validate in each reference world, findings held (from TRAP_BITE_REQUIRED_FROM on)."""
     return [
         (world, validate(scratch, version, hold_findings=True, progress=progress))
-        for world, scratch in worlds.build(reference, tasks_dir=settings.tasks_dir, progress=progress)
+        for world, scratch in worlds.each(settings, reference, progress=progress)
     ]
 
 

@@ -4,20 +4,29 @@ premise holds, no two tasks of a template share an answer).
 These claims depend on the snapshot: the de-identification key shifts each patient's dates, so which
 rows a month or a year holds changes with the key, and a thin slice may hold no trap row at all. A
 release therefore makes them for fixed worlds anyone can rebuild: the README's world (2,000 patients,
-seed 7) under four fixed keys, another seed and another size. They are built one after the other in
-a scratch cluster, never in the user's own; on any other snapshot `testset validate` reports how many
-traps bite there.
+seed 7) under four fixed keys, another seed and another size; on any other snapshot `testset validate`
+reports how many traps bite there.
+
+Each world is built once into a PostgreSQL cluster of its own under the state directory
+(`<state_dir>/worlds/`, never the user's own cluster), and started only while something reads it:
+building takes a minute or two, opening a second. `testset validate --reference-worlds`, reselection,
+adjudication and scoring in every world (`semantic_accuracy`) share them. A world is rebuilt when what
+makes it changes (the generator or the dbt project: `recipe()`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalpkg.net import free_port
 from evalpkg.progress import Progress, quiet
-from evalpkg.settings import PROD_DB, Settings
+from evalpkg.settings import PROD_DB, PROJECT_ROOT, Settings
 
 
 @dataclass(frozen=True)
@@ -40,22 +49,81 @@ WORLDS: tuple[World, ...] = (
 )
 
 
-def build(
-    worlds: tuple[World, ...] = WORLDS, *, tasks_dir: Path | None = None, progress: Progress = quiet
-) -> Iterator[tuple[World, Settings]]:
-    """Each world in turn, synced in one scratch cluster (the next world replaces the previous one)."""
+MARKER = "world.json"
+# What a world is made from: a change in any of these rebuilds it.
+RECIPE_SOURCES = (PROJECT_ROOT / "evalpkg" / "prod", PROJECT_ROOT / "dbt_project")
+RECIPE_SUFFIXES = {".py", ".sql", ".yml", ".yaml", ".csv"}
+
+
+def recipe() -> str:
+    digest = hashlib.sha256()
+    for root in RECIPE_SOURCES:
+        for path in sorted(p for p in root.rglob("*") if p.suffix in RECIPE_SUFFIXES and "target" not in p.parts):
+            digest.update(str(path.relative_to(PROJECT_ROOT)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def home(settings: Settings, world: World) -> Path:
+    return settings.state_dir / "worlds" / f"{world.patients}-patients-seed-{world.seed}-key-{world.key}"
+
+
+def built(settings: Settings, worlds: tuple[World, ...] = WORLDS) -> list[World]:
+    """The worlds built from the current recipe."""
+    current = recipe()
+    return [w for w in worlds if _recipe_of(home(settings, w)) == current]
+
+
+def _recipe_of(root: Path) -> str | None:
+    try:
+        return str(json.loads((root / MARKER).read_text(encoding="utf-8"))["recipe"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+@contextmanager
+def opened(settings: Settings, world: World, *, progress: Progress = quiet) -> Iterator[Settings]:
+    """The world's cluster, started (built first where it is missing or stale), stopped afterwards."""
+    from evalpkg.services import postgres
+
+    root = home(settings, world)
+    current = recipe()
+    fresh = _recipe_of(root) != current
+    if fresh:
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        root.chmod(0o755)  # the 'postgres' user must reach it when this runs as root
+    kept = Settings(
+        state_dir=root, pg_url=None, pg_port=free_port(), mlflow_port=free_port(), tasks_dir=settings.tasks_dir
+    )
+    if fresh:
+        postgres.init_cluster(kept)
+    postgres.start(kept)
+    try:
+        if fresh:
+            _build(kept, world, progress)
+            (root / MARKER).write_text(json.dumps({"world": world.label(), "recipe": current}) + "\n")
+        yield kept
+    finally:
+        postgres.stop(kept)
+
+
+def _build(kept: Settings, world: World, progress: Progress) -> None:
     from evalpkg.prod.generator import generate
     from evalpkg.services import bootstrap
-    from evalpkg.services.stack import scratch_cluster
     from evalpkg.sync.runner import run_sync
 
-    with scratch_cluster(**({"tasks_dir": tasks_dir} if tasks_dir else {})) as scratch:
-        made: tuple[int, int] | None = None
-        for world in worlds:
-            progress(f"building the reference world {world.label()}")
-            if made != (world.patients, world.seed):
-                generate(scratch.db_url(PROD_DB), world.patients, world.seed)
-                made = (world.patients, world.seed)
-            bootstrap.set_key(scratch, world.key_bytes(), replace=True)
-            run_sync(scratch, full_refresh=True, validate=False)
-            yield world, scratch
+    progress(f"building the reference world {world.label()} (once; kept in {kept.state_dir})")
+    bootstrap.bootstrap_server(kept)
+    generate(kept.db_url(PROD_DB), world.patients, world.seed)
+    bootstrap.set_key(kept, world.key_bytes(), replace=True)
+    run_sync(kept, full_refresh=True, validate=False)
+
+
+def each(
+    settings: Settings, worlds: tuple[World, ...] = WORLDS, *, progress: Progress = quiet
+) -> Iterator[tuple[World, Settings]]:
+    """Each world in turn, opened (and built where needed)."""
+    for world in worlds:
+        with opened(settings, world, progress=progress) as kept:
+            yield world, kept

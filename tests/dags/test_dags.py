@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import copy
 import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -15,44 +12,9 @@ from typing import Any
 import pytest
 
 from evalpkg.settings import PROJECT_ROOT, Settings
-from evalpkg.sync.runner import SyncReport
+from tests.dags.helpers import SyncDagRun
 
 DAGS = {"ehr_deid_sync", "agent_eval", "agent_eval_snapshot", "testset_refresh", "model_quantize"}
-
-
-@pytest.fixture(scope="module")
-def dagbag(synced: SyncReport, generated: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    home = tmp_path_factory.mktemp("airflow")
-    env = {
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
-        "AIRFLOW__COSMOS__ENABLE_TELEMETRY": "False",
-        "EVALPKG_STATE_DIR": str(generated.state_dir),
-        "EVALPKG_PG_PORT": str(generated.pg_port),
-        "EVALPKG_MLFLOW_PORT": str(generated.mlflow_port),
-        "EVALPKG_TASKS_DIR": str(generated.tasks_dir),
-        # Cosmos runs dbt in-process (dbtRunner) but looks for `dbt` on PATH first
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        subprocess.run(
-            [str(Path(sys.executable).with_name("airflow")), "db", "migrate"],
-            check=True,
-            capture_output=True,
-            env=os.environ.copy(),
-        )
-        from airflow.dag_processing.dagbag import DagBag
-
-        yield DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def test_dags_load_and_follow_policy(dagbag: Any) -> None:
@@ -178,16 +140,12 @@ def test_agent_eval_runs_end_to_end_and_lands_in_mlflow(dagbag: Any, generated: 
         mlflow_server.stop(generated)
 
 
-def test_ehr_deid_sync_runs_dbt_as_tasks_then_gx(dagbag: Any, generated: Settings) -> None:
-    from tests.sync.helpers import content_fingerprint
-
+def test_ehr_deid_sync_runs_dbt_as_tasks_then_gx(dagbag: Any, ehr_deid_sync_run: SyncDagRun) -> None:
     dag = dagbag.get_dag("ehr_deid_sync")
     dbt_tasks = [t for t in dag.task_ids if t.startswith("dbt.")]
     assert any("t_lab_result" in t for t in dbt_tasks) and any(".test" in t or "test" in t for t in dbt_tasks)
-    before = content_fingerprint(generated)
-    run = dag.test()
-    assert str(run.state) == "success"
-    assert content_fingerprint(generated) == before  # a scheduled re-sync changes nothing
+    assert str(ehr_deid_sync_run.run.state) == "success"
+    assert ehr_deid_sync_run.marts_after == ehr_deid_sync_run.marts_before  # a scheduled re-sync changes nothing
 
 
 def test_testset_refresh_mines_last_month_into_the_review_queue(dagbag: Any, tmp_path: Path) -> None:

@@ -13,11 +13,7 @@ import pytest
 
 from evalpkg.settings import PROJECT_ROOT, Settings
 from evalpkg.sync import dbt
-from tests.dags import test_dags
-
-# The same DagBag as test_dags.py: a migrated throwaway Airflow home, the test cluster's settings in
-# the environment (so orchestration's get_settings() reaches it), the cluster synced.
-dagbag = test_dags.dagbag
+from tests.dags.helpers import SyncDagRun, checkout_files
 
 DBT_POOL = "dbt"
 UNIT_TESTS = {  # dbt_project/models/staging/_staging__models.yml
@@ -85,23 +81,9 @@ def test_scripts_airflow_creates_every_pool_the_dags_use(dagbag: Any) -> None:
     assert int(created[DBT_POOL]) > 1  # bounds dbt's parallelism, does not serialize it
 
 
-def _checkout_files() -> dict[str, tuple[int, int]]:
-    """(mtime, size) of everything dbt could write in the checkout: the project and ./logs."""
-    out = {}
-    for root in (PROJECT_ROOT / "dbt_project", PROJECT_ROOT / "logs"):
-        for path in [root, *root.rglob("*")] if root.exists() else []:
-            st = path.lstat()
-            out[str(path.relative_to(PROJECT_ROOT))] = (st.st_mtime_ns, st.st_size)
-    return out
-
-
-def _size(path: Path) -> int:
-    return path.stat().st_size if path.exists() else 0
-
-
 def test_evalpkg_dbt_keeps_partial_parsing_under_the_state_dir(tmp_path: Path) -> None:
     settings = Settings(state_dir=tmp_path)  # dbt parse reads no database
-    before = _checkout_files()
+    before = checkout_files()
     dbt.parse(settings, build=True)
     first = (dbt.log_dir(settings) / "dbt.log").read_text()
     dbt.parse(settings, build=True)
@@ -109,24 +91,26 @@ def test_evalpkg_dbt_keeps_partial_parsing_under_the_state_dir(tmp_path: Path) -
     assert (dbt.target_dir(settings) / "partial_parse.msgpack").is_file()
     assert "Starting full parse" in first
     assert "Starting full parse" not in second and "Partial parsing enabled" in second
-    assert _checkout_files() == before
+    assert checkout_files() == before
 
 
-def test_dag_tasks_pass_the_unit_tests_and_write_nothing_into_the_checkout(dagbag: Any, generated: Settings) -> None:
-    """The evalpkg tasks (source freshness, unit tests) and a Cosmos run and test task, for real; the
-    other tasks are marked successful without running (test_dags.py runs the whole DAG)."""
+def test_dag_tasks_pass_the_unit_tests_and_write_nothing_into_the_checkout(
+    dagbag: Any, ehr_deid_sync_run: SyncDagRun
+) -> None:
+    """The evalpkg tasks (source freshness, unit tests) and the Cosmos run and test tasks, for real, in
+    the end-to-end run that test_dags.py checks too (conftest.py runs it once)."""
     dag = dagbag.get_dag("ehr_deid_sync")
     runs = {"source_freshness", "dbt.stg_his__patients.run", "dbt.stg_his__patients.test", "unit_tests"}
     assert runs <= set(dag.task_ids)
-    log = dbt.log_dir(generated) / "dbt.log"
-    before, log_size = _checkout_files(), _size(log)
-    run = dag.test(mark_success_pattern="(?!(" + "|".join(re.escape(t) for t in runs) + ")$).*")  # fullmatch
+    run = ehr_deid_sync_run.run
     assert str(run.state) == "success"
     ran = {ti.task_id: ti for ti in run.get_task_instances() if ti.task_id in runs}
     assert {t: str(ti.state) for t, ti in ran.items()} == dict.fromkeys(runs, "success")
     assert set(ran["unit_tests"].xcom_pull(task_ids="unit_tests")) == UNIT_TESTS
-    assert _size(log) > log_size  # evalpkg's dbt logged under the state directory ...
-    assert _checkout_files() == before  # ... and neither it nor Cosmos wrote into the checkout
+    # evalpkg's dbt logged under the state directory ...
+    assert ehr_deid_sync_run.dbt_log_after > ehr_deid_sync_run.dbt_log_before
+    # ... and neither it nor Cosmos wrote into the checkout
+    assert ehr_deid_sync_run.checkout_after == ehr_deid_sync_run.checkout_before
 
 
 pytestmark = pytest.mark.server  # Airflow, dbt or the CLI starting its own services: not in --quick

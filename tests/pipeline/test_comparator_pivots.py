@@ -297,3 +297,112 @@ def test_sources_carry_a_rate_column_through_the_pivot() -> None:
     rates = [k for k, j in enumerate(found[0].sources) if j == 1]
     assert match(found[0].pred, found[0].gold, pinned=found[0].pinned, rates=rates)
     assert not match(found[0].pred, found[0].gold, pinned=found[0].pinned), "without rates 0.45 is not 45"
+
+
+# Cross pivots: a row label and a column header together name a gold column.
+# anom-anomaly_visits_month_by_type: one wide row, visit type x month.
+VISITS_GOLD, VISITS_COLUMNS = [[48, 34, 4, 15]], ["mz_prev", "mz_this", "zy_prev", "zy_this"]
+VISITS_NAMES = [
+    ["mz_prev", "上月门诊人次", "outpatient visits, previous month"],
+    ["mz_this", "本月门诊人次", "outpatient visits, this month"],
+    ["zy_prev", "上月住院人次", "inpatient admissions, previous month"],
+    ["zy_this", "本月住院人次", "inpatient admissions, this month"],
+]
+VISITS_HEADERS = ["visit_type", "prev_month_visits", "this_month_visits", "change", "pct_change"]
+VISITS_PRED = [["MZ", 48, 34, -14, -29.2], ["ZY", 4, 15, 11, 275.0], ["TOTAL", 52, 49, -3, -5.8]]
+
+
+@pytest.mark.parametrize(
+    ("pred", "pred_columns", "expected", "why"),
+    [
+        (VISITS_PRED, VISITS_HEADERS, True, "MZ x prev names mz_prev; change columns extra; TOTAL sums the rows"),
+        ([r[:3] for r in VISITS_PRED[:2]], VISITS_HEADERS[:3], True, "without the extra columns and the total"),
+        ([["ZY", 4, 15], ["MZ", 48, 34]], VISITS_HEADERS[:3], True, "rows in any order"),
+        ([["门诊", 48, 34], ["住院", 4, 15]], ["类型", "上月人次", "本月人次"], True, "zh labels and headers"),
+        ([["outpatient", 48, 34], ["inpatient", 4, 15]], ["type", "last_month", "current_month"], True, "synonyms"),
+        ([["prev", 48, 4], ["this", 34, 15]], ["month", "outpatient", "inpatient"], True, "transposed"),
+        ([["上月", 48, 4], ["本月", 34, 15]], ["月份", "门诊", "住院"], True, "transposed, zh"),
+        ([["MZ", 4, 15], ["ZY", 48, 34]], VISITS_HEADERS[:3], False, "MZ's numbers swapped with ZY's"),
+        ([["MZ", 34, 48], ["ZY", 15, 4]], VISITS_HEADERS[:3], False, "this month's numbers under prev"),
+        ([["MZ", 48, 35], ["ZY", 4, 15]], VISITS_HEADERS[:3], False, "a value changed"),
+        ([[48, 34], [4, 15]], VISITS_HEADERS[1:3], False, "an unlabelled layout: no label column"),
+        ([["x", 48, 34], ["y", 4, 15]], VISITS_HEADERS[:3], False, "labels that name no visit type"),
+        ([["MZ", 48, 34], ["ZY", 4, 15]], ["type", "first", "second"], False, "headers that name no month"),
+        ([["MZ", 48, 34], ["ZY", 4, 15]], ["type", "prev_month_visits", "visits"], False, "one month unnamed"),
+        ([["MZ", 48], ["ZY", 4]], VISITS_HEADERS[:2], False, "this month missing"),
+        (
+            [["MZ", 48, 34], ["ZY", 4, 15], ["rest of hospital", 9, 9]],
+            VISITS_HEADERS[:3],
+            False,
+            "an extra scope row is an extra row",
+        ),
+        ([*VISITS_PRED[:2], ["TOTAL", 60, 49, -3, -5.8]], VISITS_HEADERS, False, "a total row that is no sum"),
+        ([["MZ", 48, 34], ["ZY", 4, 15]], ["type", "prev_this_visits", "this_visits"], False, "an ambiguous header"),
+        ([["MZ", 48, 34], ["MZ", 4, 15]], VISITS_HEADERS[:3], False, "one label twice"),
+    ],
+)
+def test_cross_of_visit_types_and_months(pred: Rows, pred_columns: list[str], expected: bool, why: str) -> None:
+    assert graded(pred, pred_columns, VISITS_GOLD, VISITS_COLUMNS, VISITS_NAMES) is expected, why
+
+
+def test_a_cross_keyed_by_department() -> None:
+    """The other columns key the wide rows: department x visit type x month."""
+    gold = [["心血管内科", 48, 34, 4, 15], ["内分泌科", 20, 21, 2, 3]]
+    columns, names = ["ksmc", *VISITS_COLUMNS], [[], *VISITS_NAMES]
+    pred = [
+        ["心血管内科", "MZ", 48, 34],
+        ["心血管内科", "ZY", 4, 15],
+        ["内分泌科", "MZ", 20, 21],
+        ["内分泌科", "ZY", 2, 3],
+    ]
+    pred_columns = ["dept", *VISITS_HEADERS[:3]]
+    assert graded(pred, pred_columns, gold, columns, names), "keyed by department"
+    swapped = [[d, t, *((21, 20) if v == [20, 21] else v)] for d, t, *v in pred]
+    assert not graded(swapped, pred_columns, gold, columns, names), "one department's months swapped"
+
+
+# anom-anomaly_lab_abnormal_rate_month: two consecutive months as labels, the gold speaks of prev and this.
+LAB_COLUMNS = ["prev_tests", "prev_abnormal", "prev_pct", "this_tests", "this_abnormal", "this_pct"]
+LAB_NAMES = [
+    ["prev_tests", "上月有效检测数", "tests with a valid result, previous month"],
+    ["prev_abnormal", "上月异常数", "abnormal results, previous month"],
+    ["prev_pct", "上月异常率（百分比）", "abnormal rate, previous month (percent)"],
+    ["this_tests", "本月有效检测数", "tests with a valid result, this month"],
+    ["this_abnormal", "本月异常数", "abnormal results, this month"],
+    ["this_pct", "本月异常率（百分比）", "abnormal rate, this month (percent)"],
+]
+LAB_ASKED = [0, 1, 3, 4]  # the plain variants ask for the counts only
+LAB_GOLD = [[18, 7, 38.89, 18, 3, 16.67]]
+LAB_HEADERS = ["month", "n_tests", "n_abnormal", "abnormal_rate_pct"]
+LAB_PRED = [["2023-02", 18, 7, 38.89], ["2023-03", 18, 3, 16.67]]
+
+
+@pytest.mark.parametrize(
+    ("pred", "pred_columns", "asked", "expected", "why"),
+    [
+        (LAB_PRED, LAB_HEADERS, LAB_ASKED, True, "the later month is this, the earlier prev; the rate is extra"),
+        (LAB_PRED, LAB_HEADERS, list(range(6)), True, "with the rates asked: a rate header names a rate"),
+        (LAB_PRED[::-1], LAB_HEADERS, LAB_ASKED, True, "rows in any order"),
+        ([["2023-02-01", 18, 7], ["2023-03-01", 18, 3]], LAB_HEADERS[:3], LAB_ASKED, True, "months as dates"),
+        ([["Dec 2022", 18, 7], ["Jan 2023", 18, 3]], LAB_HEADERS[:3], LAB_ASKED, True, "across a year's end"),
+        ([["2023-02", 18, 3], ["2023-03", 18, 7]], LAB_HEADERS[:3], LAB_ASKED, False, "months' values swapped"),
+        ([["2023-01", 18, 7], ["2023-03", 18, 3]], LAB_HEADERS[:3], LAB_ASKED, False, "months not consecutive"),
+        (
+            [["2023-01", 1, 1], ["2023-02", 18, 7], ["2023-03", 18, 3]],
+            LAB_HEADERS[:3],
+            LAB_ASKED,
+            False,
+            "three months: which one is prev is unsaid",
+        ),
+        ([["a", 18, 7], ["b", 18, 3]], LAB_HEADERS[:3], LAB_ASKED, False, "labels that are no months"),
+        ([["2023-02", 18, 7], ["2023-03", 18, 3]], ["month", "n", "m"], LAB_ASKED, False, "headers that say nothing"),
+        ([["2023-02", 7], ["2023-03", 3]], LAB_HEADERS[::2], LAB_ASKED, False, "the tests missing"),
+        (LAB_PRED, ["month", "n_tests", "n_abnormal", "abnormal_tests"], LAB_ASKED, False, "an ambiguous header"),
+    ],
+)
+def test_cross_of_consecutive_months_and_measures(
+    pred: Rows, pred_columns: list[str], asked: list[int], expected: bool, why: str
+) -> None:
+    gold = [[row[j] for j in asked] for row in LAB_GOLD]
+    columns, names = [LAB_COLUMNS[j] for j in asked], [LAB_NAMES[j] for j in asked]
+    assert graded(pred, pred_columns, gold, columns, names) is expected, why

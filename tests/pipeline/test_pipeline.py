@@ -17,15 +17,19 @@ from typing import Any
 
 import pytest
 
+from evalpkg.agent.trajectory import Trajectory
 from evalpkg.grading.comparator import COMPARATOR_VERSION
 from evalpkg.pipeline import store
 from evalpkg.pipeline.execute import execute_shard
+from evalpkg.pipeline.metrics import summarize
 from evalpkg.pipeline.run import Scored, plan_run, report_run, score_run
+from evalpkg.pipeline.score import InstanceScore
+from evalpkg.pipeline.semantic import score_in_worlds
 from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import Fetched, run_on
 from evalpkg.sync.runner import SyncReport
-from evalpkg.testset import release
+from evalpkg.testset import release, worlds
 from evalpkg.testset.gold import GOLD_TIMEOUT_MS, agent_connection
 from evalpkg.testset.models import Complexity, Language
 from evalpkg.testset.traps import perturb_sql
@@ -249,3 +253,48 @@ def test_mlflow_holds_parent_and_shard_runs_metrics_and_traces(
         assert kinds["AGENT"] == 1 and kinds["TOOL"] >= 1 and kinds["CHAT_MODEL"] >= 1
     finally:
         mlflow_server.stop(generated)
+
+
+SMALL_WORLD = worlds.World(800, 9, 6)  # another seed, size and key than the run's snapshot
+
+
+def test_gold_answers_hold_in_a_reference_world_and_hard_coded_numbers_do_not(
+    gold_run: tuple[str, Scored], generated: Settings
+) -> None:
+    """Scored in every reference world: the gold agent is semantically correct everywhere; an answer that
+    hard-codes the snapshot's numbers matches there only, and is caught as a coincidental match."""
+    _, scored = gold_run
+    tasks = release.load(generated.tasks_dir).by_id()
+    scores = [s.model_copy(deep=True) for s in scored.scores]
+    assert score_in_worlds(generated, scores, [], tasks, timeout_ms=GOLD_TIMEOUT_MS, reference=()) == 0
+    assert all(s.semantic_correct is None for s in scores)  # no world built: not measured
+    trajectories = {t.instance_id: t for t in scored.trajectories}
+    assert (
+        score_in_worlds(
+            generated, scores, scored.trajectories, tasks, timeout_ms=GOLD_TIMEOUT_MS, reference=(SMALL_WORLD,)
+        )
+        == 1
+    )
+    assert all(s.semantic_correct for s in scores) and summarize(scores)["semantic_accuracy"] == 1.0
+
+    hard_coded: list[Trajectory] = []
+    forged: list[InstanceScore] = []
+    with agent_connection(generated) as conn:
+        for s in scores:
+            task = tasks[s.task_id]
+            if s.complexity != "plain" or s.language != "en" or not task.gold_sql or len(forged) == 12:
+                continue
+            result = run_on(conn, task.gold_sql[0], timeout_ms=GOLD_TIMEOUT_MS, row_cap=None)
+            if len(result.rows) != 1 or not all(isinstance(v, int) and v > 20 for v in result.rows[0]):
+                continue
+            literal = ", ".join(f"{v} as {c}" for v, c in zip(result.rows[0], result.columns, strict=True))
+            traj = trajectories[s.instance_id].model_copy(update={"final_sql": f"select {literal}"})
+            hard_coded.append(traj)
+            forged.append(s.model_copy(update={"world_misses": [], "semantic_correct": None}))
+    assert len(forged) == 12
+    score_in_worlds(generated, forged, hard_coded, tasks, timeout_ms=GOLD_TIMEOUT_MS, reference=(SMALL_WORLD,))
+    caught = [s for s in forged if s.correct and s.world_misses == [SMALL_WORLD.label()]]
+    assert len(caught) >= 10, [(s.instance_id, s.world_misses) for s in forged]  # counts > 20 differ by world
+    assert all(s.semantic_correct is False for s in caught)
+    metrics = summarize(forged)
+    assert metrics["semantic_accuracy"] < metrics["accuracy"] and metrics["coincidental_matches"] == len(caught)

@@ -1,0 +1,65 @@
+"""Scored in every reference world, too: an answer is semantically correct only where its final SQL
+matches the gold in every world, not only on the run's snapshot.
+
+A wrong query can return the right numbers on one snapshot by coincidence: a trap that does not bite
+there (a time column that happens to select the same rows), a hard-coded number. The reference worlds
+(`testset/worlds.py`, built once and kept) hold other data under the same schema, so the final SQL
+and the gold are re-run in each; the idea of distilled test suites for text-to-SQL, applied to an
+agent benchmark. Only a snapshot match can be coincidental, so only those are re-run.
+"""
+
+from __future__ import annotations
+
+from evalpkg.agent.trajectory import Trajectory
+from evalpkg.errors import DataError
+from evalpkg.grading.execution import GoldCache, asked_columns, execution_match
+from evalpkg.pipeline.score import InstanceScore
+from evalpkg.progress import Progress, quiet
+from evalpkg.settings import Settings
+from evalpkg.sql.executor import ReadOnlyExecutor
+from evalpkg.testset import worlds
+from evalpkg.testset.models import Task
+
+
+def score_in_worlds(
+    settings: Settings,
+    scores: list[InstanceScore],
+    trajectories: list[Trajectory],
+    tasks: dict[str, Task],
+    *,
+    timeout_ms: int,
+    reference: tuple[worlds.World, ...] = worlds.WORLDS,
+    progress: Progress = quiet,
+) -> int:
+    """Set each score's `semantic_correct` and `world_misses` from the built reference worlds; returns
+    how many worlds were read (0: none is built, and the scores say "not measured")."""
+    built = worlds.built(settings, reference)
+    if not built:
+        return 0
+    final_sql = {t.instance_id: t.final_sql for t in trajectories}
+    matched = [s for s in scores if s.answerable and s.correct]
+    for world, kept in worlds.each(settings, tuple(built), progress=progress):
+        executor = ReadOnlyExecutor(kept.agent_url(), timeout_ms=timeout_ms)
+        gold = GoldCache(executor)
+        try:
+            for s in matched:
+                if _matches(tasks[s.task_id], s, final_sql.get(s.instance_id), gold, executor) is False:
+                    s.world_misses.append(world.label())
+        finally:
+            executor.close()
+    for s in scores:
+        s.semantic_correct = s.correct and not s.world_misses
+    coincidental = sum(bool(s.world_misses) for s in matched)
+    progress(f"scored in {len(built)} reference worlds: {coincidental} of {len(matched)} matches are coincidental")
+    return len(built)
+
+
+def _matches(
+    task: Task, score: InstanceScore, sql: str | None, gold: GoldCache, executor: ReadOnlyExecutor
+) -> bool | None:
+    """Whether the answer matches in this world; None where the world cannot tell (a gold over the fetch
+    cap there), which is not held against the answer."""
+    try:
+        return execution_match(task, sql, gold, executor, asked_columns(task, score.language, score.complexity))[1]
+    except DataError:
+        return None
