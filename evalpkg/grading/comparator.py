@@ -146,6 +146,11 @@ def _without_noise(numbers: Floats, values: list[Any]) -> tuple[Floats, list[Any
     return numbers, numbers.tolist()
 
 
+def _count_in(sorted_values: Floats, values: Floats) -> Ints:
+    """How often each of `values` occurs in `sorted_values`."""
+    return np.searchsorted(sorted_values, values, "right") - np.searchsorted(sorted_values, values, "left")
+
+
 def _decimals(x: Floats, start: int = 0) -> int:
     """The fewest decimals that write every value exactly, UNROUNDED beyond MAX_DECIMALS."""
     for d in range(start, MAX_DECIMALS + 1):
@@ -172,6 +177,7 @@ class _Column:
     rate: bool = False  # a gold rate: a prediction may give it as a fraction or as a percentage
     coarser: dict[tuple[int, int], _Column] = field(default_factory=dict, repr=False, compare=False)  # rounded()
     rescaled: dict[int, _Column] = field(default_factory=dict, repr=False, compare=False)  # as_rate_of()
+    units: dict[int, Floats] = field(default_factory=dict, repr=False, compare=False)  # sorted_units()
 
     @classmethod
     def of(cls, values: list[Any]) -> _Column:
@@ -210,23 +216,26 @@ class _Column:
         """The column at fewer decimals. A value on a half is rounded away from zero, or towards it where
         `like` (the other side) holds that value and not the other: the half may itself be a rounding.
         Remembered per (decimals, like): the search compares the same pair many times."""
-        key = (decimals, id(like))
+        plain = (decimals, 0)  # no value on a half: one rounded column, whatever `like` holds
+        key = plain if plain in self.coarser else (decimals, id(like))
         if key not in self.coarser:
-            self.coarser[key] = self._rounded(decimals, like)
+            column, on_halves = self._rounded(decimals, like)
+            self.coarser[key if on_halves else plain] = column
+            return column
         return self.coarser[key]
 
-    def _rounded(self, decimals: int, like: _Column) -> _Column:
+    def _rounded(self, decimals: int, like: _Column) -> tuple[_Column, bool]:
         assert self.numbers is not None
         whole, half = _half_away(self.numbers, decimals)
         sign = np.sign(self.numbers)
-        if like.numbers is not None and half.any():
+        on_halves = bool(half.any())
+        if like.numbers is not None and on_halves:
             ties = np.flatnonzero(half)
             away = sign[ties] * whole[ties]
-            candidates = np.concatenate([away, away - sign[ties]])
-            theirs = np.rint(like.numbers * 10.0**decimals)
-            theirs, mine = theirs[np.isin(theirs, candidates)], (sign * whole)[~half]
-            left = Counter(theirs.tolist())
-            left.subtract(mine[np.isin(mine, candidates)].tolist())
+            candidates = np.unique(np.concatenate([away, away - sign[ties]]))
+            theirs = _count_in(like.sorted_units(decimals), candidates)
+            mine = _count_in(np.sort((sign * whole)[~half]), candidates)
+            left = Counter(dict(zip(candidates.tolist(), (theirs - mine).tolist(), strict=True)))
             for i in ties:
                 away, toward = sign[i] * whole[i], sign[i] * (whole[i] - 1)
                 if left[away] <= 0 < left[toward]:
@@ -236,7 +245,14 @@ class _Column:
         tokens = numbers.tolist()
         if self.has_markers:
             tokens = [t if type(t) is _Marker else v for t, v in zip(self.tokens, tokens, strict=True)]
-        return _Column(tokens, "float", numbers, has_markers=self.has_markers)
+        return _Column(tokens, "float", numbers, has_markers=self.has_markers), on_halves
+
+    def sorted_units(self, decimals: int) -> Floats:
+        """The values in units of that decimal, sorted (remembered: every finer column asks for them)."""
+        assert self.numbers is not None
+        if decimals not in self.units:
+            self.units[decimals] = np.sort(np.rint(self.numbers * 10.0**decimals))
+        return self.units[decimals]
 
     def as_rate_of(self, gold: _Column) -> _Column:
         """This column in the gold rate's scale: a percentage (12.3) of a fraction (0.123) divided by 100,
