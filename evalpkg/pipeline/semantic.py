@@ -16,7 +16,8 @@ from evalpkg.grading.execution import GoldCache, asked_columns, execution_match
 from evalpkg.pipeline.score import InstanceScore
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
-from evalpkg.sql.executor import ReadOnlyExecutor
+from evalpkg.sql.executor import QueryFailed, ReadOnlyExecutor
+from evalpkg.sql.guard import SqlRefused
 from evalpkg.testset import worlds
 from evalpkg.testset.models import Task
 
@@ -57,9 +58,9 @@ def score_in_worlds(
 def _matches(
     task: Task, score: InstanceScore, sql: str | None, gold: GoldCache, executor: ReadOnlyExecutor
 ) -> bool | None:
-    """Whether the answer matches in this world; None where the world cannot tell (a gold over the fetch
-    cap there), which is not held against the answer."""
+    """Whether the answer matches in this world; None where the world cannot tell (the gold fails there,
+    or returns more than the fetch cap), which is not held against the answer."""
     try:
         return execution_match(task, sql, gold, executor, asked_columns(task, score.language, score.complexity))[1]
-    except DataError:
+    except (DataError, QueryFailed, SqlRefused):
         return None

@@ -269,6 +269,8 @@ def test_gold_answers_hold_in_a_reference_world_and_hard_coded_numbers_do_not(
     assert score_in_worlds(generated, scores, [], tasks, timeout_ms=GOLD_TIMEOUT_MS, reference=()) == 0
     assert all(s.semantic_correct is None for s in scores)  # no world built: not measured
     trajectories = {t.instance_id: t for t in scored.trajectories}
+    for _ in worlds.each(generated, (SMALL_WORLD,)):  # scoring reads the worlds built, and builds none
+        pass
     assert (
         score_in_worlds(
             generated, scores, scored.trajectories, tasks, timeout_ms=GOLD_TIMEOUT_MS, reference=(SMALL_WORLD,)
