@@ -131,9 +131,15 @@ def register(app: typer.Typer) -> None:
         for r in result["shards"]:
             log_worker(r)
         o = result["overall"]
+        semantic = (
+            f"; semantic accuracy {o['semantic_accuracy']:.1%} ({int(o['coincidental_matches'])} coincidental "
+            "matches: right on this snapshot only)"
+            if "semantic_accuracy" in o
+            else ""
+        )
         _log(
             f"accuracy {o['accuracy']:.1%} (95% CI {o['accuracy_ci_low']:.1%}-{o['accuracy_ci_high']:.1%}) over "
-            f"{o['instances']} instances; {len(result['clusters'])} error clusters"
+            f"{o['instances']} instances{semantic}; {len(result['clusters'])} error clusters"
         )
         if result["mlflow_run_id"]:
             _log(f"MLflow run {result['mlflow_run_id']} at {get_settings().tracking_uri}")
