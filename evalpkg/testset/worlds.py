@@ -16,14 +16,16 @@ makes it changes (the generator or the dbt project: `recipe()`).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalpkg.errors import ServiceError
 from evalpkg.net import free_port
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import PROD_DB, PROJECT_ROOT, Settings
@@ -83,29 +85,35 @@ def _recipe_of(root: Path) -> str | None:
 
 @contextmanager
 def opened(settings: Settings, world: World, *, progress: Progress = quiet) -> Iterator[Settings]:
-    """The world's cluster, started (built first where it is missing or stale), stopped afterwards."""
+    """The world's cluster, started (built first where it is missing or stale), stopped afterwards. One
+    process at a time: another run scoring in the same world waits for it."""
     from evalpkg.services import postgres
 
     root = home(settings, world)
-    current = recipe()
-    fresh = _recipe_of(root) != current
-    if fresh:
-        shutil.rmtree(root, ignore_errors=True)
-        root.mkdir(parents=True)
-        root.chmod(0o755)  # the 'postgres' user must reach it when this runs as root
-    kept = Settings(
-        state_dir=root, pg_url=None, pg_port=free_port(), mlflow_port=free_port(), tasks_dir=settings.tasks_dir
-    )
-    if fresh:
-        postgres.init_cluster(kept)
-    postgres.start(kept)
-    try:
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with (root.parent / f"{root.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        current = recipe()
+        fresh = _recipe_of(root) != current
         if fresh:
-            _build(kept, world, progress)
-            (root / MARKER).write_text(json.dumps({"world": world.label(), "recipe": current}) + "\n")
-        yield kept
-    finally:
-        postgres.stop(kept)
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir(parents=True)
+            root.chmod(0o755)  # the 'postgres' user must reach it when this runs as root
+        kept = Settings(
+            state_dir=root, pg_url=None, pg_port=free_port(), mlflow_port=free_port(), tasks_dir=settings.tasks_dir
+        )
+        if fresh:
+            postgres.init_cluster(kept)
+        with suppress(ServiceError):  # a server left running by a process that died reading (we hold the lock)
+            postgres.stop(kept)
+        postgres.start(kept)
+        try:
+            if fresh:
+                _build(kept, world, progress)
+                (root / MARKER).write_text(json.dumps({"world": world.label(), "recipe": current}) + "\n")
+            yield kept
+        finally:
+            postgres.stop(kept)
 
 
 def _build(kept: Settings, world: World, progress: Progress) -> None:
