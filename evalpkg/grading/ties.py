@@ -76,28 +76,34 @@ def keyed(sql: str, columns: list[str]) -> Keyed | None:
     order = tree.args.get("order")
     if order is None or not isinstance(tree, exp.Select) or any(isinstance(e, exp.Star) for e in tree.expressions):
         return None
-    lowered = [c.lower() for c in columns]
-    keys: list[int] = []
-    names: list[str] = []
-    hidden: list[exp.Expr] = []
-    for item in order.expressions:
-        target = item.this
-        if isinstance(target, exp.Literal) and target.is_int:
-            keys.append(int(target.this) - 1)
-        elif isinstance(target, exp.Column) and not target.table and target.name.lower() in lowered:
-            keys.append(lowered.index(target.name.lower()))  # a bare output name means the output column
-        else:
-            keys.append(len(columns) + len(hidden))
-            hidden.append(exp.alias_(target.copy(), f"{HIDDEN}{len(hidden)}"))
-        names.append(columns[keys[-1]] if keys[-1] < len(columns) else target.sql(dialect="postgres"))
+    keys, hidden = order_keys(tree, [c.lower() for c in columns], HIDDEN)
     if not all(0 <= k < len(columns) + len(hidden) for k in keys):
         return None
+    names = [columns[k] if k < len(columns) else hidden[k - len(columns)].this.sql(dialect="postgres") for k in keys]
     rewritten = tree.copy()
     rewritten.set("expressions", [*rewritten.expressions, *hidden])
     limit = _limit(tree)
     if limit is None:
         rewritten.set("limit", None)
     return Keyed(rewritten, keys, names, limit, len(hidden))
+
+
+def order_keys(tree: exp.Select, outputs: list[str], alias: str) -> tuple[list[int], list[exp.Expr]]:
+    """For each ORDER BY item, the result column it sorts on: an output (by position, or a bare output
+    name, which means the output column), else a hidden column appended after the outputs; and those
+    hidden columns, named `alias` + their number. `outputs`: the output names, lower case."""
+    keys: list[int] = []
+    hidden: list[exp.Expr] = []
+    for item in tree.args["order"].expressions:
+        target = item.this
+        if isinstance(target, exp.Literal) and target.is_int:
+            keys.append(int(target.this) - 1)
+        elif isinstance(target, exp.Column) and not target.table and target.name.lower() in outputs:
+            keys.append(outputs.index(target.name.lower()))
+        else:
+            keys.append(len(outputs) + len(hidden))
+            hidden.append(exp.alias_(target.copy(), f"{alias}{len(hidden)}"))
+    return keys, hidden
 
 
 def _limit(tree: exp.Select) -> int | None:

@@ -15,11 +15,12 @@ from typing import Any
 
 from sqlglot import exp
 
+from evalpkg.grading.ties import order_keys
 from evalpkg.sql.parse import parse_statement
 from evalpkg.testset.models import Task
 
 Row = Sequence[Any]
-KEY_ALIAS = "__order_key_{}"
+KEY_ALIAS = "__order_key_"
 
 
 @dataclass(frozen=True)
@@ -48,18 +49,7 @@ def order_probe(sql: str) -> OrderProbe | None:
     if order is None or not isinstance(tree, exp.Select):
         return None
     outputs = tree.expressions
-    names = [e.alias_or_name.lower() for e in outputs]
-    keys: list[int] = []
-    extra: list[exp.Expr] = []
-    for ordered in order.expressions:
-        target = ordered.this
-        if isinstance(target, exp.Literal) and target.is_int:
-            keys.append(int(target.this) - 1)
-        elif isinstance(target, exp.Column) and not target.table and target.name.lower() in names:
-            keys.append(names.index(target.name.lower()))
-        else:
-            keys.append(len(outputs) + len(extra))
-            extra.append(exp.alias_(target.copy(), KEY_ALIAS.format(len(extra))))
+    keys, extra = order_keys(tree, [e.alias_or_name.lower() for e in outputs], KEY_ALIAS)
     limit, offset = _int_arg(tree.args.get("limit")), _int_arg(tree.args.get("offset")) or 0
     if tree.args.get("limit") is not None and limit is None:
         return None  # LIMIT ALL or a computed limit: nothing to check at a cut
