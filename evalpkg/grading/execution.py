@@ -65,8 +65,8 @@ class GoldCache:
                 found = None  # the rewrite did not run here: the gold as it is
         if found is None:
             keys = order_key_columns(sql, columns) if order_matters else None
-            groups = tie_groups([tuple(r[k] for k in keys) for r in rows]) if keys else None
-            found = [ties.Ordered(rows, groups if keys or not order_matters else list(range(len(rows))))]
+            groups = tie_groups([tuple(r[k] for k in keys) for r in rows]) if keys else list(range(len(rows)))
+            found = [ties.Ordered(rows, groups)]  # unknown keys: every row in its place
         return found if order_matters else [ties.Ordered(o.rows, None) for o in found]
 
 
