@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from evalpkg.errors import DataError, UsageError
 from evalpkg.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from evalpkg.agent.plan.gold import GoldPlanCheck
 
 app = typer.Typer(no_args_is_help=True, help="The benchmark test set (tasks/<version>/).")
 
@@ -46,6 +49,11 @@ def validate(
         report = run(settings, version, progress=_log)
         for line in report.findings() if findings else []:
             typer.echo(line)
+        checks = _gold_plans(settings, version)
+        report.problems += [f"{c.task.id}: gold plan: {c.reason}" for c in checks if c.reason and c.plan is not None]
+        for c in checks if findings else []:
+            if c.reason and c.plan is None:
+                typer.echo(f"{c.task.id}: no gold plan: {c.reason}")
         _log(raise_on_problems(report).summary())
         return
     reports = validate_reference(settings, version, progress=_log)
@@ -98,6 +106,34 @@ def stats(version: Annotated[str | None, typer.Argument()] = None) -> None:
     else:
         typer.echo(f"review: no task annotated twice ({len(reviews)} with the generator's record only)")
     _remeasured_agreement()
+    _plan_coverage(_gold_plans(get_settings(), rel.version))
+
+
+def _gold_plans(settings: Settings, version: str | None) -> list[GoldPlanCheck]:
+    """Every answerable task's gold plan compiled and graded on the snapshot (the plan strategy's oracle)."""
+    from evalpkg.agent.plan.gold import check_gold_plans
+    from evalpkg.agent.schema import Catalog
+    from evalpkg.testset import release
+    from evalpkg.testset.gold import agent_connection
+    from evalpkg.testset.validate import gold_executor
+
+    with agent_connection(settings) as conn:
+        catalog = Catalog.load(conn)
+    executor = gold_executor(settings)
+    try:
+        return check_gold_plans(release.load(settings.tasks_dir, version).tasks, catalog, executor)
+    finally:
+        executor.close()
+
+
+def _plan_coverage(checks: list[GoldPlanCheck]) -> None:
+    from evalpkg.agent.plan.gold import coverage
+
+    shares = ", ".join(f"{t}={ok}/{n} ({ok / n:.0%})" for t, (ok, n) in coverage(checks).items() if n)
+    typer.echo(f"gold plans whose compiled SQL matches the gold (answerable tasks): {shares}")
+    for c in checks:
+        if c.reason:
+            typer.echo(f"  {c.task.id}: {c.reason}")
 
 
 def _remeasured_agreement() -> None:

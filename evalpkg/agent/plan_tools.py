@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalpkg.agent.function_schema import tool, tools_of
-from evalpkg.agent.planner import Plan, PlanError, compile_plan
+from evalpkg.agent.plan import Plan, PlanError, compile_plan
 from evalpkg.agent.tools import ToolError, Toolkit
 
 

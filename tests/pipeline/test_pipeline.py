@@ -19,6 +19,7 @@ import pytest
 
 from evalpkg.agent.trajectory import Trajectory
 from evalpkg.grading.comparator import COMPARATOR_VERSION
+from evalpkg.grading.execution import GoldCache
 from evalpkg.pipeline import store
 from evalpkg.pipeline.execute import execute_shard
 from evalpkg.pipeline.metrics import summarize
@@ -33,6 +34,7 @@ from evalpkg.testset import release, worlds
 from evalpkg.testset.gold import GOLD_TIMEOUT_MS, agent_connection
 from evalpkg.testset.models import Complexity, Language
 from evalpkg.testset.traps import perturb_sql
+from evalpkg.testset.validate import gold_executor
 from tests.pipeline.helpers import imperfections, run_agent
 
 
@@ -67,17 +69,28 @@ def _integer(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _reference_equal(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]], rel_tol: float, ordered: bool) -> bool:
+def _reference_equal(
+    a: list[tuple[Any, ...]], b: list[tuple[Any, ...]], rel_tol: float, ordered: bool, ties: list[int] | None = None
+) -> bool:
     """A careful, independent reference: same column order (perturbations keep it), rows in order where
     the task says order matters (a ranking asked as names only) and sorted otherwise, integers exact,
-    other numbers with the task's relative tolerance; NULL equals only NULL."""
+    other numbers with the task's relative tolerance; NULL equals only NULL. `ties`: the tie group of
+    each of b's rows (rows its ORDER BY leaves tied may come in any order; grading/ties.py says which
+    rows tie and is tested on its own)."""
 
     def key(row: tuple[Any, ...]) -> tuple[str, ...]:
         return tuple("" if v is None else f"{v}" for v in row)
 
+    def in_order(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        if not ordered:
+            return sorted(rows, key=key)
+        if ties is None:
+            return rows
+        return [r for _, r in sorted(zip(ties, rows, strict=True), key=lambda p: (p[0], key(p[1])))]
+
     if len(a) != len(b):
         return False
-    for x, y in zip(a if ordered else sorted(a, key=key), b if ordered else sorted(b, key=key), strict=True):
+    for x, y in zip(in_order(a), in_order(b), strict=True):
         for u, v in zip(x, y, strict=True):
             if u is None or v is None or isinstance(u, str) or isinstance(v, str):
                 if str(u) != str(v):
@@ -92,19 +105,25 @@ def _reference_equal(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]], rel_tol
 
 def _asked(result: Fetched, asked: list[str] | None) -> list[tuple[Any, ...]] | None:
     """The result on the columns the variant asks for (None: it lacks one), as the variant is graded."""
+    return _project(result.columns, result.rows, asked)
+
+
+def _project(columns: list[str], rows: list[Any], asked: list[str] | None) -> list[tuple[Any, ...]] | None:
     if asked is None:
-        return result.rows
-    names = [c.lower() for c in result.columns]
+        return [tuple(r) for r in rows]
+    names = [c.lower() for c in columns]
     if not all(c.lower() in names for c in asked):
         return None
     keep = [names.index(c.lower()) for c in asked]
-    return [tuple(row[i] for i in keep) for row in result.rows]
+    return [tuple(row[i] for i in keep) for row in rows]
 
 
 @pytest.mark.parametrize("kind", ["wrong_time_field", "dropped_null_handling", "wrong_column"])
 def test_perturbation_agents_fail_exactly_where_they_should(synced: SyncReport, generated: Settings, kind: str) -> None:
     tasks = release.load(generated.tasks_dir).by_id()
     expected_wrong = set()
+    executor = gold_executor(generated)
+    ties = GoldCache(executor)
     with agent_connection(generated) as conn:
         for task in tasks.values():
             if not task.gold_sql:
@@ -114,12 +133,15 @@ def test_perturbation_agents_fail_exactly_where_they_should(synced: SyncReport, 
                 continue
             asked = task.graded_columns(Language.zh, Complexity.plain)  # the plain variant is what runs
             perturbed = _asked(run_on(conn, changed, timeout_ms=GOLD_TIMEOUT_MS, row_cap=None), asked)
-            golds = [_asked(run_on(conn, g, timeout_ms=GOLD_TIMEOUT_MS, row_cap=None), asked) for g in task.gold_sql]
             tol, ordered = task.result.numeric_tolerance, task.result.order_matters
+            # each gold, and where its LIMIT cuts a tie each choice of the tied rows, with its tie groups
+            choices = [(ties.get(g)[0], o) for g in task.gold_sql for o in ties.acceptable(g, ordered)]
+            golds = [(_project(columns, o.rows, asked), o.groups) for columns, o in choices]
             if perturbed is None or not any(
-                g is not None and _reference_equal(perturbed, g, tol, ordered) for g in golds
+                g is not None and _reference_equal(perturbed, g, tol, ordered, groups) for g, groups in golds
             ):
                 expected_wrong.add(task.id)
+    executor.close()
     assert expected_wrong, f"{kind} changes no result: the perturbation is not testing anything"
     _, scored = run_agent(generated, f"perturb:{kind}", languages=["zh"], complexities=["plain"])
     wrong = {s.task_id for s in scored.scores if not s.correct}

@@ -13,7 +13,10 @@ from evalpkg.testset import audit, release
 from evalpkg.testset.validate import gold_executor
 
 COMMITTED = PROJECT_ROOT / "tasks"
-# Transforms that apply to many tasks of every release from v6 on (the rest apply where the task allows).
+# Transforms that apply to many tasks of every release from v6 on (the rest apply where the task allows):
+# at least an eighth of the answerable tasks. How many is "many" moves with the de-identification key
+# (a rate of 0 or a value already at 2 decimals is not transformed): rates applied to 60-64 tasks under
+# five keys tried, to under 60 in one CI run.
 BROAD = {"extra_columns", "renamed_columns", "integers_as_floats", "rounded_to_2_decimals", "total_row"}
 BROAD |= {"rate_as_percentage", "long_form_zh", "long_form_en", "row_dropped", "row_duplicated", "empty_result"}
 
@@ -33,7 +36,8 @@ def test_the_scorer_accepts_every_layout_and_rejects_every_mutation(synced: Sync
         assert r.applied > 0, f"{r.name} applied to no task"
         assert r.ok, (r.name, r.kind, r.failures[:5])
         assert r.accepted == (r.applied if r.kind == "layout" else 0), r.name
-    assert all(results[name].applied >= 60 for name in BROAD), {n: results[n].applied for n in BROAD}
+    answerable = sum(1 for t in release.load(COMMITTED).tasks if t.gold_sql)
+    assert all(results[name].applied >= answerable // 8 for name in BROAD), {n: results[n].applied for n in BROAD}
 
 
 def test_the_audit_fails_where_a_rule_is_broken(
