@@ -101,6 +101,23 @@ def check_state_dir(settings: Settings) -> None:
         raise ConfigError(f"EVALPKG_STATE_DIR: {existing} is not writable")
 
 
+def compare_line(group: str, measure: str, *cells: object) -> str:
+    """One row of `evalpkg compare`: cells without spaces, so the row splits on whitespace."""
+    widths = (6, 8, 8, 8, 18, 5, 5, 10)
+    return f"{group:<28}{measure:<36}" + "".join(f"{c!s:>{w}}" for c, w in zip(cells, widths, strict=True))
+
+
+def repeats_line(group: str, m: dict[str, float]) -> str | None:
+    """best-of-k, pass^k and consistency with their 95% CIs over tasks; None for a run of one repeat."""
+    if m.get("repeats", 1) < 2:
+        return None
+    k = int(m["repeats"])
+    parts = ((f"best-of-{k}", "best_of_k"), (f"pass^{k}", "pass_all_k"), ("consistency", "consistency"))
+    return f"{group}: " + ", ".join(
+        f"{label} {m[key]:.1%} (95% CI {m[key + '_ci_low']:.1%}-{m[key + '_ci_high']:.1%})" for label, key in parts
+    )
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     @with_run_options
@@ -131,6 +148,11 @@ def register(app: typer.Typer) -> None:
         for r in result["shards"]:
             log_worker(r)
         o = result["overall"]
+        for group, m in result["table"].items():  # per task type, then overall, next to the accuracy line
+            if group.startswith("type.") and (line := repeats_line(group, m)):
+                _log(line)
+        if line := repeats_line("overall", o):
+            _log(line)
         semantic = (
             f"; semantic accuracy {o['semantic_accuracy']:.1%} ({int(o['coincidental_matches'])} coincidental "
             "matches: right on this snapshot only)"
@@ -156,6 +178,8 @@ def register(app: typer.Typer) -> None:
             check_tracking(settings, "drop --track")
         scored = finish_run(settings, run_id, track=track, progress=_log).scored
         o = scored.table["overall"]
+        if line := repeats_line(f"{run_id} overall", o):
+            typer.echo(line)
         typer.echo(
             f"{run_id}: accuracy {o['accuracy']:.1%} over {o['instances']} instances; {scored.validation.summary()}"
         )
@@ -170,33 +194,51 @@ def register(app: typer.Typer) -> None:
         typer.echo(finish_run(settings, run_id, track=False).report)
 
     @app.command()
-    def compare(run_a: str, run_b: str) -> None:
-        """Paired differences (B - A) with bootstrap CIs and an exact McNemar test, overall and per type."""
-        from evalpkg.pipeline.metrics import paired, paired_measures
+    def compare(
+        run_a: str,
+        run_b: str,
+        by_type: Annotated[
+            str, typer.Option("--by-type", help="the measure also compared per task type (any compared measure)")
+        ] = "accuracy",
+    ) -> None:
+        """Paired differences (B - A) of every compared measure, paired by task x language x complexity x
+        repeat, with bootstrap CIs over tasks and an exact McNemar test; one measure also per task type."""
+        from evalpkg.pipeline.metrics import PAIRED_MEASURES, paired_groups, pairs
         from evalpkg.pipeline.run import score_run
 
+        if by_type not in PAIRED_MEASURES:
+            raise UsageError(f"--by-type: expected one of {', '.join(PAIRED_MEASURES)}, got {by_type!r}")
         settings = get_settings()
         for run_id in (run_a, run_b):  # both must be complete before either is scored
             check_recorded(settings, run_id)
         a, b = score_run(settings, run_a, save=False).scores, score_run(settings, run_b, save=False).scores
-        groups = [("overall", a, b)] + [
-            (f"type.{t}", [s for s in a if s.type == t], [s for s in b if s.type == t])
-            for t in sorted({s.type for s in a})
-        ]
-        typer.echo(f"{'group':<26}{'n':>6}{'A':>8}{'B':>8}{'B-A':>8}{'95% CI':>18}{'p':>8}")
-        for label, x, y in groups:
-            r = paired(x, y)
-            if not r["instances"]:
-                continue
-            ci = f"[{r['ci_low']:+.1%}, {r['ci_high']:+.1%}]"
-            typer.echo(
-                f"{label:<26}{r['instances']:>6}{r['accuracy_a']:>8.1%}{r['accuracy_b']:>8.1%}"
-                f"{r['difference']:>+8.1%}{ci:>18}{r['mcnemar_p']:>8.3f}"
+        matched = pairs(a, b)
+        if not matched:
+            raise DataError(
+                f"runs {run_a} and {run_b} share no instance (task, language, complexity, repeat): nothing to pair"
             )
-        typer.echo(f"\n{'measure (overall)':<34}{'n':>6}{'A':>8}{'B':>8}{'B-A':>8}{'95% CI':>18}")
-        for name, m in paired_measures(a, b).items():
-            ci = f"[{m['ci_low']:+.3f}, {m['ci_high']:+.3f}]"
-            typer.echo(f"{name:<34}{m['instances']:>6}{m['a']:>8.3f}{m['b']:>8.3f}{m['difference']:>+8.3f}{ci:>18}")
+        typer.echo(
+            f"A {run_a}, B {run_b}: {len(matched)} pairs over {len({x.task_id for x, _ in matched})} tasks; "
+            "B-A with 95% CIs resampling tasks; p: exact McNemar on the pairs where A or B is higher"
+        )
+        typer.echo(compare_line("group", "measure", "n", "A", "B", "B-A", "95% CI", "A>B", "B>A", "p"))
+        for group, measures in paired_groups(a, b).items():
+            for name, m in measures.items():
+                if group == "overall" or name == by_type:
+                    typer.echo(
+                        compare_line(
+                            group,
+                            name,
+                            m["instances"],
+                            f"{m['a']:.3f}",
+                            f"{m['b']:.3f}",
+                            f"{m['difference']:+.3f}",
+                            f"[{m['ci_low']:+.3f},{m['ci_high']:+.3f}]",
+                            m["a_better"],
+                            m["b_better"],
+                            f"{m['mcnemar_p']:.3g}",
+                        )
+                    )
 
     @app.command("run-shard")
     def run_shard(run_id: str, shard: Annotated[int, typer.Option(min=0)]) -> None:

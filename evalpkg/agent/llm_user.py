@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from evalpkg.agent.trajectory import RetryRecord
-from evalpkg.agent.user_sim import Clarification
+from evalpkg.agent.user_sim import Clarification, revealed_by
 from evalpkg.testset.models import HiddenSlot, Language
 
 if TYPE_CHECKING:  # the openai SDK is imported only by runs that call a model
@@ -46,9 +46,10 @@ class LLMUser:
             ],
         )
         text = (response.choices[0].message.content or "").strip()
-        q = question.lower()
-        slots: list[str] = [s.slot for s in self.hidden_slots if any(k.lower() in q for k in s.keywords)]
-        self.asked.append(Clarification(question, slots, text, retries))
+        matched = revealed_by(question, self.hidden_slots)
+        self.asked.append(
+            Clarification(question, [s.slot for s in matched], text, retries, {s.slot: s.value for s in matched})
+        )
         return text
 
     @property

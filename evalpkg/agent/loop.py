@@ -87,13 +87,15 @@ def _summary_answer(toolkit: Toolkit) -> str:
 
 
 FALLBACK = "answered from the last successful result"
+# The plan strategy's breaker returns the seed's fallback plan (seed 001 §5.1), recorded as such.
+PLAN_FALLBACK = '{"action": "SCAN_ALL_TABLES", "hint": "未找到明确关联字段，请检查查询表述"}; ' + FALLBACK
 
 
 def _fall_back(traj: Trajectory, reason: str, toolkit: Toolkit, *, replace_answer: bool = False) -> None:
     """A limit ended the dialogue: the answer is built from the last successful result (kept, for a
     timeout or the step limit, when the model had already answered)."""
     traj.stop_reason = reason  # type: ignore[assignment]
-    traj.fallback = FALLBACK
+    traj.fallback = PLAN_FALLBACK if "submit_plan" in toolkit.tool_names else FALLBACK
     traj.final_answer = (None if replace_answer else traj.final_answer) or _summary_answer(toolkit)
 
 
@@ -163,6 +165,7 @@ def _run_calls(
                 cached=result.cached,
                 started_at=call_started,
                 elapsed_ms=result.elapsed_ms,
+                sql=result.sql,
             )
         )
         if result.ok and result.sql:
@@ -172,6 +175,13 @@ def _run_calls(
         else:
             messages.append({"role": "user", "content": f"Tool result ({name}): {text}"})
     return ""
+
+
+def _record_state(traj: Trajectory, toolkit: Toolkit) -> None:
+    """With the state toolset, the state after the latest step (a step is sealed when the next starts
+    or the dialogue ends, so it holds what that step's calls merged)."""
+    if traj.steps and traj.steps[-1].state is None and toolkit.tracks_state:
+        traj.steps[-1].state = toolkit.state.model_copy(deep=True)
 
 
 def _model_step(
@@ -232,6 +242,7 @@ def run_dialogue(
     pending_followups = list(followups)
     deadline = time.monotonic() + limits.deadline_s if limits.deadline_s else None
     for index in range(limits.max_steps):
+        _record_state(traj, toolkit)
         if deadline is not None and time.monotonic() > deadline:
             _fall_back(traj, "timeout", toolkit)
             break
@@ -275,6 +286,7 @@ def run_dialogue(
             break
     else:
         _fall_back(traj, "max_steps", toolkit)
+    _record_state(traj, toolkit)
     if toolkit.user is not None:
         traj.clarifications = [
             {"question": c.question, "slots": c.slots, "answer": c.answer}

@@ -181,11 +181,23 @@ class PlanToolkit(Toolkit):
         """Submit a query plan; it is validated, compiled to SQL and run read-only.
 
         Args:
-            plan: {"steps": [{"action": "SCAN", "table": ...}, {"action": "JOIN", "table": ..., "on": [a, b]},
-                {"action": "FILTER", "column": "table.column", "op": ">=", "value": ...},
-                {"action": "AGGREGATE", "function": "count_distinct", "column": ..., "alias": ...},
-                {"action": "GROUP_BY", "column": ...}, {"action": "ORDER_BY", "column": ..., "direction": "desc"},
-                {"action": "LIMIT", "n": 10}]}
+            plan: {"steps": [{"action": "SCAN", "table": "t_zy_visit", "name": "v"},
+                {"action": "JOIN", "table": "dict_dept", "name": "d", "on": ["d.ksdm", "v.ksdm"]},
+                {"action": "FILTER", "column": "v.visit_type", "op": "=", "value": "ZY"},
+                {"action": "FILTER", "condition": {"cmp": ">=", "args": [{"col": "v.ryrq"}, {"date": "2024-01-01"}]}},
+                {"action": "GROUP_BY", "column": "d.ksmc"},
+                {"action": "AGGREGATE", "function": "count", "alias": "n",
+                 "only": {"cmp": ">", "args": [{"col": "v.zyts"}, {"value": 10}]}},
+                {"action": "SELECT", "alias": "month", "expr": {"format": "YYYY-MM", "of": {"bucket": "month",
+                 "of": {"col": "v.ryrq"}}}},
+                {"action": "ORDER_BY", "column": "n", "direction": "desc"}, {"action": "LIMIT", "n": 10}],
+                "inputs": {"name": {"steps": [...]}}}. Expressions: col, value, fn (add sub mul div round
+                nullif ...), agg (count sum avg min max median percentile; distinct, only), cmp (= <> < <=
+                > >= like in between is_null not_null), all, any, not, exists (a subplan), scalar, when
+                [[cond, value]...] + else, interval ("3 months"), date, now ("snapshot"), bucket, format,
+                part, cast, is_total. JOIN keep_unmatched keeps rows without a match; a FILTER whose
+                condition aggregates filters groups; TOTALS adds a total row; FIRST_PER columns keeps the
+                first row of each by ORDER_BY.
         """
         if isinstance(plan, dict):
             plan = Plan.model_validate(plan)
@@ -198,4 +210,5 @@ class PlanToolkit(Toolkit):
         return out
 
 
-PLAN_TOOL_NAMES = tools_of(PlanToolkit, "plan")
+PLAN_TOOL_NAMES = tools_of(PlanToolkit, "plan")  # with the dictionary and ask_clarify of the emr toolset
+CATALOG_TOOL_NAMES = tuple(n for n in PLAN_TOOL_NAMES if n in vars(PlanToolkit) and n != "submit_plan")

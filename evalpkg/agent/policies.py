@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from evalpkg.agent.loop import ModelTurn, prompt
+from evalpkg.agent.plan import plan_from_sql
 from evalpkg.agent.trajectory import RetryRecord
 from evalpkg.testset.models import ArgConstraint, Language, Task
 from evalpkg.testset.traps import perturb_sql  # the defects are the trap mutations validate runs
@@ -62,16 +63,21 @@ def _satisfying(c: ArgConstraint, fallback: str) -> str:
     return " ".join(parts) or fallback
 
 
-def gold_plan(task: Task, sql: str | None = None) -> list[list[tuple[str, dict[str, Any]]]]:
+def gold_plan(task: Task, sql: str | None = None, strategy: str = "react") -> list[list[tuple[str, dict[str, Any]]]]:
     """Every expected tool call of the task, in order, with arguments that meet its constraints and
-    the gold SQL as the query (the harness self-test)."""
-    plan: list[list[tuple[str, dict[str, Any]]]] = [[("query_schema", {"table_name": t}) for t in task.tables]]
+    the gold SQL as the query (the harness self-test). The plan strategy reads the schema with
+    get_table_columns and submits the SQL's plan (derived by the translator) instead."""
+    schema = "get_table_columns" if strategy == "plan" else "query_schema"
+    plan: list[list[tuple[str, dict[str, Any]]]] = [[(schema, {"table_name": t}) for t in task.tables]]
     for turn in task.turns:
         for call in turn.expected_tool_calls:
             if call.name == "query_schema":
                 continue  # loaded above
             if call.name == "execute_sql":
-                if task.gold_sql:
+                if task.gold_sql and strategy == "plan":
+                    submitted = plan_from_sql(sql or task.gold_sql[0]).model_dump(exclude_defaults=True)
+                    plan.append([("submit_plan", {"plan": submitted})])
+                elif task.gold_sql:
                     plan.append([("execute_sql", {"sql": sql or task.gold_sql[0]})])
                 continue
             arg = {
@@ -92,25 +98,28 @@ def gold_plan(task: Task, sql: str | None = None) -> list[list[tuple[str, dict[s
     return plan
 
 
-def gold_policy(task: Task, language: Language = Language.zh) -> ScriptedPolicy:
+def gold_policy(task: Task, language: Language = Language.zh, strategy: str = "react") -> ScriptedPolicy:
     points = " ".join(p.text[language] for p in task.answer_points if p.text and language in p.text)
     if not task.answerable:
         return ScriptedPolicy(
             "gold",
-            gold_plan(task),
+            gold_plan(task, strategy=strategy),
             final=points or "数据库中没有这项数据，无法回答。 The database does not hold this data.",
         )
-    return ScriptedPolicy("gold", gold_plan(task), suffix=points)
+    return ScriptedPolicy("gold", gold_plan(task, strategy=strategy), suffix=points)
 
 
-def perturbation_policy(task: Task, kind: str, language: Language = Language.zh) -> ScriptedPolicy:
-    """The gold agent with one defect, so scorers can be checked against a known delta."""
-    policy = gold_policy(task, language)
+def perturbation_policy(
+    task: Task, kind: str, language: Language = Language.zh, strategy: str = "react"
+) -> ScriptedPolicy:
+    """The gold agent with one defect, so scorers can be checked against a known delta (with the plan
+    strategy, the plan of the defective SQL: the wrong time column, a dropped NULL check...)."""
+    policy = gold_policy(task, language, strategy)
     policy.name = f"perturb:{kind}"
     if kind == "extra_calls":
-        policy.plan.insert(0, [("query_schema", {})] * 3)
+        policy.plan.insert(0, [("get_table_columns" if strategy == "plan" else "query_schema", {})] * 3)
     elif task.gold_sql:
-        policy.plan = gold_plan(task, perturb_sql(task.gold_sql[0], kind))
+        policy.plan = gold_plan(task, perturb_sql(task.gold_sql[0], kind), strategy)
     return policy
 
 

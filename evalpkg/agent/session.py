@@ -12,6 +12,7 @@ from evalpkg.agent.loop import Limits, Policy
 from evalpkg.agent.plan_tools import PLAN_TOOL_NAMES, PlanToolkit
 from evalpkg.agent.policies import OpenAIPolicy, gold_policy, perturbation_policy
 from evalpkg.agent.schema import Catalog, SchemaIndex
+from evalpkg.agent.state_plan import DROPPED_SLOT, with_state
 from evalpkg.agent.tools import STATE_TOOL, TOOL_NAMES, Shared, Toolkit, ToolOptions
 from evalpkg.agent.user_sim import Clinician, ScriptedUser
 from evalpkg.errors import ConfigError
@@ -72,10 +73,16 @@ def build_model_client(config: RunConfig) -> ModelClient | None:
 
 def build_policy(config: RunConfig, task: Task, language: Language, client: ModelClient | None) -> Policy:
     """The instance's policy, built as its dialogue starts (the model's calls end by the dialogue's deadline)."""
-    if config.agent == "gold":
-        return gold_policy(task, language)
-    if config.agent.startswith("perturb:"):
-        return perturbation_policy(task, config.agent.split(":", 1)[1], language)
+    if config.agent == "gold" or config.agent.startswith("perturb:"):
+        kind = config.agent.removeprefix("perturb:")
+        scripted = (
+            gold_policy(task, language, config.strategy)
+            if config.agent == "gold"
+            else perturbation_policy(task, kind, language, config.strategy)
+        )
+        if config.toolset == "emr-v1+state":  # the reference agents keep the dialogue state too
+            scripted.plan = with_state(task, scripted.plan, DROPPED_SLOT if kind == "dropped_slot" else None)
+        return scripted
     if client is None:
         raise ConfigError("agent=openai needs the shard's model client")
     return OpenAIPolicy(
@@ -116,9 +123,11 @@ def build_toolkit(
 ) -> Toolkit:
     """The strategy's toolkit and toolset, with the configured simulated clinician."""
     kind: type[Toolkit] = Toolkit
-    names = (*TOOL_NAMES, STATE_TOOL) if config.toolset == "emr-v1+state" else TOOL_NAMES
+    names = TOOL_NAMES
     if config.strategy == "plan":
         kind, names = PlanToolkit, PLAN_TOOL_NAMES
+    if config.toolset == "emr-v1+state":
+        names = (*names, STATE_TOOL)
     return kind(
         shared=shared,
         executor=executor,
@@ -126,6 +135,7 @@ def build_toolkit(
         user=build_clinician(config, task, language, client),
         options=tool_options(config),
         tool_names=names,
+        language=language,
     )
 
 

@@ -4,12 +4,13 @@ missing_slots, which decides whether to ask before querying."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-STATE_FORMAT_VERSION = 1
+STATE_FORMAT_VERSION = 2  # 2: open_slots and the log of questions asked
 SLOTS: tuple[str, ...] = (
     "intent",
     "metric",
@@ -38,17 +39,34 @@ class SlotState(BaseModel):
     history: list[SlotEvent] = []
 
 
+class AskedQuestion(BaseModel):
+    """A clarifying question put to the clinician, with what the state held when it was asked: a
+    question about a slot already filled is a wasted turn (scored as questions_about_filled_slots)."""
+
+    turn: int
+    question: str
+    about: list[str]  # the slots the question asks about
+    filled_when_asked: list[str]  # every slot that had a value at that moment
+
+
 class QueryState(BaseModel):
     format_version: int = STATE_FORMAT_VERSION
     stage: Literal["start", "collecting", "ready"] = "start"
     slots: dict[str, SlotState] = Field(default_factory=lambda: {s: SlotState() for s in SLOTS})
+    # slots beyond REQUIRED that this request leaves open ("our department": which one?); they are
+    # missing until filled, so they drive a question too
+    open_slots: list[str] = []
     missing_slots: list[str] = list(REQUIRED)
     last_question: str | None = None
     pending_answer_for: list[str] = []
+    questions: list[AskedQuestion] = []
     updated_at: str = ""
 
     def value(self, slot: str) -> str | None:
         return self.slots[slot].current
+
+    def filled(self) -> list[str]:
+        return [s for s in SLOTS if self.slots[s].current]
 
     def next_action(self) -> Literal["ask_clarify", "query"]:
         return "ask_clarify" if self.missing_slots else "query"
@@ -59,19 +77,35 @@ def _normalize(value: str) -> str:
 
 
 def required_slots(state: QueryState) -> list[str]:
+    """REQUIRED, the time column once a time range is known, then the open slots in SLOTS order: the
+    order of missing_slots, whose first one is what the next question asks."""
     needed = list(REQUIRED)
     if state.value("time_range"):
         needed.append("time_column")
-    return needed
+    return needed + [s for s in SLOTS if s in state.open_slots and s not in needed]
 
 
-def merge(state: QueryState, proposal: dict[str, str | None], turn: int, confidence: float = 0.8) -> QueryState:
+def _known(slot: str) -> str:
+    if slot not in SLOTS:
+        raise ValueError(f"unknown slot {slot!r}; slots are {', '.join(SLOTS)}")
+    return slot
+
+
+def merge(
+    state: QueryState,
+    proposal: Mapping[str, str | None],
+    turn: int,
+    confidence: float = 0.8,
+    open_slots: list[str] | tuple[str, ...] = (),
+) -> QueryState:
     """Pure function: the merged copy. Same value again raises confidence (dedupe); a different value
-    is kept in history and wins only if its confidence is within CONFLICT_MARGIN of the current."""
+    is kept in history and wins only if its confidence is within CONFLICT_MARGIN of the current.
+    open_slots are added to the slots this request needs (never removed: a request does not become
+    less ambiguous by saying so)."""
     new = state.model_copy(deep=True)
+    new.open_slots += [_known(s) for s in open_slots if s not in new.open_slots]
     for slot, raw in proposal.items():
-        if slot not in new.slots:
-            raise ValueError(f"unknown slot {slot!r}; slots are {', '.join(SLOTS)}")
+        _known(slot)
         if raw is None or not str(raw).strip():
             continue
         value = str(raw).strip()
@@ -90,9 +124,13 @@ def merge(state: QueryState, proposal: dict[str, str | None], turn: int, confide
     return new
 
 
-def asked(state: QueryState, question: str) -> QueryState:
-    """Record a clarifying question: the next answer is for the slots still missing."""
+def asked(state: QueryState, question: str, about: list[str] | None = None, turn: int = 0) -> QueryState:
+    """Record a clarifying question: the next answer is for `about`, by default the first one or two
+    slots still missing."""
     new = state.model_copy(deep=True)
     new.last_question = question
-    new.pending_answer_for = list(new.missing_slots[:2])  # ask about the most important one or two
+    new.pending_answer_for = list(new.missing_slots[:2] if about is None else about)
+    new.questions.append(
+        AskedQuestion(turn=turn, question=question, about=list(new.pending_answer_for), filled_when_asked=new.filled())
+    )
     return new

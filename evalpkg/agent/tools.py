@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from evalpkg.agent import paging
 from evalpkg.agent.cache import ToolCache
 from evalpkg.agent.claims import check_claim
+from evalpkg.agent.clarify import ask_next
 from evalpkg.agent.function_schema import arg_model, is_tool, tool, tools_of
 from evalpkg.agent.schema import Catalog, SchemaIndex
 from evalpkg.agent.state import QueryState, asked, merge
@@ -23,6 +24,7 @@ from evalpkg.agent.user_sim import Clinician
 from evalpkg.sql import fingerprint
 from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.sql.guard import SqlRefused, check
+from evalpkg.testset.models import Language
 
 
 class ToolResult(BaseModel):
@@ -89,6 +91,7 @@ class Toolkit:
     tool_names: tuple[str, ...] = ()  # default: the emr toolset
     state: QueryState = field(default_factory=QueryState)
     turn: int = 0
+    language: Language = Language.zh  # the dialogue's: what the state-driven questions are asked in
 
     def __post_init__(self) -> None:
         self.tool_names = self.tool_names or TOOL_NAMES
@@ -240,9 +243,32 @@ class Toolkit:
         """
         if self.user is None:
             raise ToolError("no clinician is available in this run; make a reasonable assumption and say it")
+        if self.tracks_state:
+            return self._ask_from_state()
         self.state = asked(self.state, question)
         self.turn += 1
         return {"answer": self.user.answer(question)}
+
+    @property
+    def tracks_state(self) -> bool:
+        """The state toolset: the dialogue state is kept, recorded per step and drives ask_clarify."""
+        return STATE_TOOL in self.tool_names
+
+    def _ask_from_state(self) -> dict[str, Any]:
+        """Code asks about the first missing slot, whatever the model wrote (clarify.py)."""
+        assert self.user is not None
+        done = ask_next(self.state, self.user, self.language, self.turn + 1)
+        if done is None:
+            raise ToolError("the dialogue state has every slot it needs (missing_slots is empty): run the query")
+        self.turn += 1
+        self.state = done.state
+        return {
+            "asked": done.question,
+            "about": done.slot,
+            "answer": done.answer,
+            "missing_slots": self.state.missing_slots,
+            "next_action": self.state.next_action(),
+        }
 
     @tool("state")
     def update_state(
@@ -255,10 +281,12 @@ class Toolkit:
         department: str | None = None,
         unit: str | None = None,
         threshold: str | None = None,
+        open_slots: list[str] | None = None,
         confidence: float = 0.8,
     ) -> dict[str, Any]:
         """Record what you understood of the request so far; the merged state says what is still
-        missing and whether to ask the clinician or to query.
+        missing and whether to ask the clinician or to query. While a slot is missing, ask_clarify asks
+        the clinician about the first missing one (whatever its question says) and merges the reply.
 
         Args:
             intent: e.g. count patients, average, trend, compare.
@@ -269,6 +297,7 @@ class Toolkit:
             department: a department name or code.
             unit: e.g. mmol/L.
             threshold: e.g. > 7.0.
+            open_slots: slots the request needs but leaves open, e.g. ["department"] for "our department".
             confidence: how sure you are of these values, 0 to 1.
         """
         if not 0 <= confidence <= 1:
@@ -283,7 +312,10 @@ class Toolkit:
             "unit": unit,
             "threshold": threshold,
         }
-        self.state = merge(self.state, proposal, self.turn, confidence)
+        try:
+            self.state = merge(self.state, proposal, self.turn, confidence, open_slots or ())
+        except ValueError as exc:  # an unknown slot name among open_slots
+            raise ToolError(str(exc)) from None
         return {
             "state": {k: v.current for k, v in self.state.slots.items() if v.current},
             "missing_slots": self.state.missing_slots,

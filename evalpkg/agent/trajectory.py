@@ -9,7 +9,11 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel
 
-TRAJECTORY_FORMAT_VERSION: Final = 1
+from evalpkg.agent.state import QueryState
+
+# 2: Step.state, the dialogue state after each step (state toolset), and ToolCallRecord.sql, the SQL a call
+# ran (a plan compiled by submit_plan); version 1 records load unchanged
+TRAJECTORY_FORMAT_VERSION: Final = 2
 
 StopReason = Literal[
     "final_answer",
@@ -41,6 +45,7 @@ class ToolCallRecord(BaseModel):
     cached: bool = False
     started_at: str
     elapsed_ms: float
+    sql: str | None = None  # the SQL the call ran: execute_sql's, or the plan submit_plan compiled
 
 
 class RetryRecord(BaseModel):
@@ -64,10 +69,11 @@ class Step(BaseModel):
     parse_error: str = ""
     user_message: str = ""  # a simulated user's reply injected after this step
     retries: list[RetryRecord] = []  # failed attempts of this step's model call; default keeps old records loadable
+    state: QueryState | None = None  # the dialogue state after this step; None without the state toolset
 
 
 class Trajectory(BaseModel):
-    format_version: Literal[1] = TRAJECTORY_FORMAT_VERSION
+    format_version: Literal[1, 2] = TRAJECTORY_FORMAT_VERSION
     instance_id: str
     task_id: str
     agent: str
@@ -85,6 +91,10 @@ class Trajectory(BaseModel):
 
     def tool_calls(self) -> list[ToolCallRecord]:
         return [c for s in self.steps for c in s.tool_calls]
+
+    def final_state(self) -> QueryState | None:
+        """The dialogue state after the last step that recorded one; None for a run without it."""
+        return next((s.state for s in reversed(self.steps) if s.state is not None), None)
 
     def verify_hashes(self) -> bool:
         return all(sha256_text(c.result) == c.result_sha256 for c in self.tool_calls())

@@ -27,6 +27,14 @@ class Clarification:
     slots: list[str]
     answer: str
     retries: list[RetryRecord] = field(default_factory=list)  # an LLM-played clinician's failed calls
+    # slot -> value the reply tells (the hidden slots the question asked about): what the dialogue state merges
+    revealed: dict[str, str] = field(default_factory=dict)
+
+
+def revealed_by(question: str, hidden_slots: list[HiddenSlot]) -> list[HiddenSlot]:
+    """The hidden slots a question asks about, by their keywords: one rule for every clinician."""
+    q = question.lower()
+    return [s for s in hidden_slots if any(k.lower() in q for k in s.keywords)]
 
 
 class Clinician(Protocol):
@@ -45,15 +53,16 @@ class ScriptedUser:
 
     def answer(self, question: str) -> str:
         rules = _rules()
-        q = question.lower()
-        matched = [s for s in self.hidden_slots if any(k.lower() in q for k in s.keywords)]
+        matched = revealed_by(question, self.hidden_slots)
         if matched:
             text = str(rules["joiner"][self.language]).join(s.answer[self.language] for s in matched)
         elif self.hidden_slots:
             text = str(rules["irrelevant"][self.language])
         else:
             text = str(rules["not_needed"][self.language])
-        self.asked.append(Clarification(question, [s.slot for s in matched], text))
+        self.asked.append(
+            Clarification(question, [s.slot for s in matched], text, revealed={s.slot: s.value for s in matched})
+        )
         return text
 
     @property

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import numpy as np
 
@@ -39,12 +38,37 @@ def _group(scores: list[InstanceScore], key: Callable[[InstanceScore], str]) -> 
     return out
 
 
+def repeat_metrics(scores: list[InstanceScore]) -> dict[str, float]:
+    """Over the k repeats of each task variant (task x language x complexity): best-of-k (any of the k
+    correct), pass^k (`pass_all_k`: all k correct) and, where k > 1, consistency (all k outcomes agree,
+    right or wrong; one outcome always agrees with itself). Each with a 95% CI that resamples tasks:
+    a task's variants and repeats are not independent draws."""
+    variants = _group(scores, lambda s: f"{s.task_id}:{s.language}:{s.complexity}")
+    k = max(len(g) for g in variants.values())
+    per_task: dict[str, dict[str, list[float]]] = {
+        "best_of_k": defaultdict(list),
+        "pass_all_k": defaultdict(list),
+        **({"consistency": defaultdict(list)} if k > 1 else {}),
+    }
+    for group in variants.values():
+        outcomes = [s.correct for s in group]
+        task = group[0].task_id
+        per_task["best_of_k"][task].append(float(any(outcomes)))
+        per_task["pass_all_k"][task].append(float(all(outcomes)))
+        if k > 1:
+            per_task["consistency"][task].append(float(len(set(outcomes)) == 1))
+    out = {"repeats": float(k)}
+    for name, by_task in per_task.items():
+        lo, hi = bootstrap_ci(by_task)
+        out |= {name: _mean(v for vs in by_task.values() for v in vs), f"{name}_ci_low": lo, f"{name}_ci_high": hi}
+    return out
+
+
 def summarize(scores: list[InstanceScore]) -> dict[str, float]:
     if not scores:
         return {"instances": 0}
     by_task = {t: [float(s.correct) for s in group] for t, group in _group(scores, lambda s: s.task_id).items()}
     lo, hi = bootstrap_ci(by_task)
-    repeats = _group(scores, lambda s: f"{s.task_id}:{s.language}:{s.complexity}")
     coverage = [s.answer_coverage for s in scores if s.answer_coverage is not None]
     stated = sum(s.numbers_stated for s in scores)
     return {
@@ -52,8 +76,7 @@ def summarize(scores: list[InstanceScore]) -> dict[str, float]:
         "accuracy": _mean(s.correct for s in scores),
         "accuracy_ci_low": lo,
         "accuracy_ci_high": hi,
-        "best_of_k": _mean(any(s.correct for s in g) for g in repeats.values()),
-        "pass_all_k": _mean(all(s.correct for s in g) for g in repeats.values()),
+        **repeat_metrics(scores),
         "exec_match": _mean(s.exec_match for s in scores if s.answerable),
         "executable_sql_rate": _mean(s.executable_sql for s in scores if s.answerable),
         "avg_tool_calls": _mean(s.tool_calls for s in scores),
@@ -75,6 +98,22 @@ def summarize(scores: list[InstanceScore]) -> dict[str, float]:
         "latency_s_p95": float(np.percentile([s.latency_s for s in scores], 95)),
         "tokens_mean": _mean(s.prompt_tokens + s.completion_tokens for s in scores),
         **_semantic(scores),
+        **_dialogue_state(scores),
+    }
+
+
+def _dialogue_state(scores: list[InstanceScore]) -> dict[str, float]:
+    """The dialogue state's measures where a run kept one (toolset emr-v1+state); nothing otherwise."""
+    kept = [s for s in scores if s.questions_about_filled_slots is not None]
+    if not kept:
+        return {}
+    slots = [s.slot_accuracy for s in kept if s.slot_accuracy is not None]
+    turns = [s.turns_to_complete_state for s in kept if s.turns_to_complete_state is not None]
+    return {
+        "slot_accuracy": _mean(slots),
+        "questions_about_filled_slots": float(sum(s.questions_about_filled_slots or 0 for s in kept)),
+        "state_completion_rate": _mean(s.turns_to_complete_state is not None for s in kept),
+        "turns_to_complete_state_mean": _mean(turns),
     }
 
 
@@ -107,6 +146,9 @@ def breakdown(scores: list[InstanceScore]) -> dict[str, dict[str, float]]:
     return out
 
 
+REPEAT_KEYS = tuple(f"{m}{e}" for m in ("best_of_k", "pass_all_k", "consistency") for e in ("", "_ci_low", "_ci_high"))
+
+
 def flat_metrics(
     table: dict[str, dict[str, float]],
     keys: tuple[str, ...] = (
@@ -123,15 +165,24 @@ def flat_metrics(
 ) -> dict[str, float]:
     out = {}
     for group, values in table.items():
-        for k in keys if group != "overall" else values:
+        # with k > 1 repeats, per group too (with one, best-of-1 and pass^1 are the accuracy again)
+        repeated = REPEAT_KEYS if values.get("repeats", 1) > 1 else ()
+        for k in (*keys, *repeated) if group != "overall" else values:
             v = values.get(k)
             if v is not None and np.isfinite(v):
                 out[k if group == "overall" else f"{group}.{k}"] = float(v)
     return out
 
 
-# Instance-level measures compared pairwise by `evalpkg compare`; None where an instance has none.
+# Instance-level measures compared pairwise by `evalpkg compare`, each with its CI and exact test (a
+# measure added here is compared everywhere); None where an instance has none. Named as in summarize.
 PAIRED_MEASURES: dict[str, Callable[[InstanceScore], float | None]] = {
+    "accuracy": lambda s: float(s.correct),
+    "exec_match": lambda s: float(s.exec_match) if s.answerable else None,
+    "executable_sql_rate": lambda s: float(s.executable_sql) if s.answerable else None,
+    "expected_call_precision": lambda s: s.expected_precision,
+    "expected_call_recall": lambda s: s.expected_recall,
+    "redundant_call_rate": lambda s: s.redundant_calls / s.tool_calls if s.tool_calls else 0.0,
     "semantic_accuracy": lambda s: None if s.semantic_correct is None else float(s.semantic_correct),
     "answer_point_coverage": lambda s: s.answer_coverage,
     "judged_text_coverage": lambda s: s.judged_text_coverage,
@@ -145,56 +196,76 @@ PAIRED_MEASURES: dict[str, Callable[[InstanceScore], float | None]] = {
         None if s.first_attempt_correct is None else float(s.first_attempt_correct)
     ),
     "expected_call_order_compliance": lambda s: float(s.order_ok) if s.declares_order else None,
+    "slot_accuracy": lambda s: s.slot_accuracy,
+    "questions_about_filled_slots": lambda s: (
+        None if s.questions_about_filled_slots is None else float(s.questions_about_filled_slots)
+    ),
+    "turns_to_complete_state": lambda s: (
+        None if s.turns_to_complete_state is None else float(s.turns_to_complete_state)
+    ),
 }
 
 
+PairKey = tuple[str, str, str, int]
+
+
+def pair_key(s: InstanceScore) -> PairKey:
+    """What an instance is, whichever run made it: the same question asked the same way, the same repeat."""
+    return (s.task_id, s.language, s.complexity, s.repeat)
+
+
+def pairs(a: list[InstanceScore], b: list[InstanceScore]) -> list[tuple[InstanceScore, InstanceScore]]:
+    """The instances of A and B paired by task, language, complexity and repeat."""
+    right = {pair_key(s): s for s in b}
+    return sorted(((s, right[pair_key(s)]) for s in a if pair_key(s) in right), key=lambda p: pair_key(p[0]))
+
+
+def exact_mcnemar(a_better: int, b_better: int) -> float:
+    """Two-sided exact McNemar p: with no difference the discordant pairs fall either way with
+    probability 1/2 (binomial); on a measure that is not 0/1, the exact sign test it amounts to."""
+    from scipy.stats import binomtest
+
+    n = a_better + b_better
+    return float(binomtest(b_better, n, 0.5).pvalue) if n else 1.0
+
+
 def paired_measures(a: list[InstanceScore], b: list[InstanceScore]) -> dict[str, dict[str, float]]:
-    """B minus A for each measure on the instances where both runs have it, bootstrap CI over tasks."""
-    left = {s.instance_id: s for s in a}
-    right = {s.instance_id: s for s in b}
+    """B minus A for each of PAIRED_MEASURES on the pairs where both runs have it: the mean paired
+    difference, its 95% CI resampling tasks, the pairs where either is higher and the exact McNemar p."""
+    matched = pairs(a, b)
     out = {}
     for name, measure in PAIRED_MEASURES.items():
         diffs: dict[str, list[float]] = defaultdict(list)
         xs, ys = [], []
-        for iid in sorted(left.keys() & right.keys()):
-            x, y = measure(left[iid]), measure(right[iid])
-            if x is not None and y is not None:
-                xs.append(x)
-                ys.append(y)
-                diffs[left[iid].task_id].append(y - x)
+        a_better = b_better = 0
+        for left, right in matched:
+            x, y = measure(left), measure(right)
+            if x is None or y is None:
+                continue
+            xs.append(x)
+            ys.append(y)
+            diffs[left.task_id].append(y - x)
+            a_better += x > y
+            b_better += y > x
         if xs:
             lo, hi = bootstrap_ci(diffs)
-            out[name] = {"instances": len(xs), "a": _mean(xs), "b": _mean(ys), "difference": _mean(ys) - _mean(xs)}
-            out[name] |= {"ci_low": lo, "ci_high": hi}
+            out[name] = {
+                "instances": len(xs),
+                "a": _mean(xs),
+                "b": _mean(ys),
+                "difference": _mean(d for ds in diffs.values() for d in ds),
+                "ci_low": lo,
+                "ci_high": hi,
+                "a_better": a_better,
+                "b_better": b_better,
+                "mcnemar_p": exact_mcnemar(a_better, b_better),
+            }
     return out
 
 
-def paired(a: list[InstanceScore], b: list[InstanceScore]) -> dict[str, Any]:
-    """B minus A on the instances both runs have: mean difference, bootstrap CI over tasks, and an
-    exact McNemar test on the discordant pairs."""
-    from scipy.stats import binomtest
-
-    left = {s.instance_id: s for s in a}
-    right = {s.instance_id: s for s in b}
-    common = sorted(left.keys() & right.keys())
-    diffs: dict[str, list[float]] = defaultdict(list)
-    a_only = b_only = 0
-    for iid in common:
-        x, y = left[iid].correct, right[iid].correct
-        diffs[left[iid].task_id].append(float(y) - float(x))
-        a_only += x and not y
-        b_only += y and not x
-    lo, hi = bootstrap_ci(diffs)
-    n = a_only + b_only
-    p = binomtest(b_only, n, 0.5).pvalue if n else 1.0
-    return {
-        "instances": len(common),
-        "accuracy_a": _mean(left[i].correct for i in common),
-        "accuracy_b": _mean(right[i].correct for i in common),
-        "difference": _mean(v for vs in diffs.values() for v in vs),
-        "ci_low": lo,
-        "ci_high": hi,
-        "only_a_correct": a_only,
-        "only_b_correct": b_only,
-        "mcnemar_p": float(p),
-    }
+def paired_groups(a: list[InstanceScore], b: list[InstanceScore]) -> dict[str, dict[str, dict[str, float]]]:
+    """paired_measures overall and per task type (of the paired instances)."""
+    out = {"overall": paired_measures(a, b)}
+    for t in sorted({s.type for s, _ in pairs(a, b)}):
+        out[f"type.{t}"] = paired_measures([s for s in a if s.type == t], [s for s in b if s.type == t])
+    return out

@@ -91,6 +91,14 @@ def _fmt(v: Any) -> str:
     return f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
+REPEAT_MEASURES = ("best_of_k", "pass_all_k", "consistency")  # over a run's k repeats (metrics.repeat_metrics)
+
+
+def _with_ci(m: dict[str, float], key: str) -> str:
+    """A measure with its 95% CI over tasks, in one cell."""
+    return f"{m[key]:.3f} [{m[key + '_ci_low']:.3f}, {m[key + '_ci_high']:.3f}]"
+
+
 def write_report(
     path: Path,
     run_id: str,
@@ -101,6 +109,7 @@ def write_report(
     trajectories: list[Trajectory],
 ) -> Path:
     overall = table.get("overall", {})
+    repeated = REPEAT_MEASURES if overall.get("repeats", 1) > 1 else ()  # with one repeat they are the accuracy
     groups = [
         {
             "group": g,
@@ -109,6 +118,7 @@ def write_report(
                 for k, v in m.items()
                 if k in ("instances", "accuracy", "exec_match", "avg_tool_calls", "expected_call_recall")
             },
+            **{k: _with_ci(m, k) for k in repeated},
         }
         for g, m in table.items()
         if g.startswith(("type.", "difficulty.", "complexity."))
@@ -128,7 +138,7 @@ def write_report(
             f"<details><summary>{mark} {html.escape(s.instance_id)} · {s.type}/{s.difficulty} · {s.stop_reason}"
             f"</summary><p><b>Q:</b> {html.escape(t.question if t else '')}</p>"
             f"<p><b>Answer:</b> {html.escape(t.final_answer if t else '')}</p>"
-            f"<pre>{html.escape(s.final_sql or '(no SQL)')}</pre>{calls}</details>"
+            f"<pre>{html.escape(s.final_sql or '(no SQL)')}</pre>{_final_state(t)}{calls}</details>"
         )
     cluster_rows = [
         {"cluster": c.cluster, "size": c.size, "name": c.name, "examples": ", ".join(c.examples)} for c in clusters
@@ -154,6 +164,7 @@ test set {html.escape(str(config.get("testset_version")))}, {int(overall.get("in
 <h2>Plots</h2>{"".join(_plots(scores, clusters))}
 <h2>By type, difficulty and complexity</h2>{_table(groups)}
 <h2>Matches on the snapshot only (coincidental)</h2>{semantic}
+<h2>Dialogue state</h2>{_state_section(scores)}
 <h2>Error clusters</h2>{_table(cluster_rows)}
 <h2>Trajectories</h2>{"".join(drill)}
 <h2>Configuration</h2><pre>{html.escape(json.dumps(config, ensure_ascii=False, indent=2))}</pre>
@@ -161,3 +172,33 @@ test set {html.escape(str(config.get("testset_version")))}, {int(overall.get("in
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(doc, encoding="utf-8")
     return path
+
+
+def _state_section(scores: list[InstanceScore]) -> str:
+    """Per instance with a dialogue state (toolset emr-v1+state): its slot scores, the imperfect first."""
+    kept = [s for s in scores if s.questions_about_filled_slots is not None]
+    if not kept:
+        return "<p>Not kept: the run's toolset has no dialogue state (<code>--toolset emr-v1+state</code>).</p>"
+    rows = [
+        {
+            "instance": s.instance_id,
+            "slot accuracy": "-" if s.slot_accuracy is None else s.slot_accuracy,
+            "wrong slots": s.wrong_slots or "-",
+            "questions about filled slots": s.questions_about_filled_slots,
+            "turns to complete state": "never" if s.turns_to_complete_state is None else s.turns_to_complete_state,
+        }
+        for s in sorted(kept, key=lambda s: (s.slot_accuracy in (None, 1.0), s.instance_id))
+        if s.slot_accuracy is not None or s.questions_about_filled_slots
+    ]
+    return _table(rows) if rows else "<p>No instance has a hidden slot or a question about a filled slot.</p>"
+
+
+def _final_state(t: Trajectory | None) -> str:
+    state = t.final_state() if t else None
+    if state is None:
+        return ""
+    slots = {k: v.current for k, v in state.slots.items() if v.current}
+    return (
+        f"<p><b>State:</b> {html.escape(json.dumps(slots, ensure_ascii=False))}; missing "
+        f"{html.escape(', '.join(state.missing_slots) or 'none')}</p>"
+    )

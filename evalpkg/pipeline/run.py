@@ -231,5 +231,6 @@ def run_all(
         "mlflow_run_id": finished.mlflow_run_id,
         "shards": reports,
         "overall": finished.scored.table["overall"],
+        "table": finished.scored.table,
         "clusters": finished.scored.clusters,
     }

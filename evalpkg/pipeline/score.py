@@ -14,11 +14,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from evalpkg.agent.claims import NUMBER
-from evalpkg.agent.trajectory import Trajectory
+from evalpkg.agent.plan_tools import CATALOG_TOOL_NAMES
+from evalpkg.agent.tools import STATE_TOOL
+from evalpkg.agent.trajectory import ToolCallRecord, Trajectory
 from evalpkg.grading.comparator import COMPARATOR_VERSION
 from evalpkg.grading.execution import GoldCache, asked_columns, execution_match, positions
 from evalpkg.pipeline.citations import unsupported_numbers
 from evalpkg.pipeline.judge import Judge
+from evalpkg.pipeline.state_score import score_state
 from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset.models import ArgConstraint, ExpectedToolCall, Language, Task, TaskType
 
@@ -29,6 +32,8 @@ REFUSAL = re.compile(
     re.IGNORECASE,
 )
 TEXT_POINT_THRESHOLD = 0.6
+# What another strategy's tools stand for among a task's expected calls (see as_expected).
+STANDS_FOR = {"submit_plan": "execute_sql"} | dict.fromkeys(CATALOG_TOOL_NAMES, "query_schema")
 UNIT_FACTORS = {("mg/dl", "mmol/l"): 1 / 18.0, ("mmol/l", "mg/dl"): 18.0}
 
 
@@ -64,6 +69,11 @@ class InstanceScore(BaseModel):
     clarification_needed: bool = False
     clarification_rounds: int = 0
     first_attempt_correct: bool | None = None  # time-series tasks only
+    # the dialogue state (toolset emr-v1+state, state_score.py); None for a run without one
+    slot_accuracy: float | None = None
+    wrong_slots: str = ""
+    questions_about_filled_slots: int | None = None
+    turns_to_complete_state: int | None = None
     declares_order: bool = False  # the task's expected calls carry `after` constraints
     stop_reason: str
     latency_s: float
@@ -100,10 +110,25 @@ def _satisfies(raw: Any, constraints: dict[str, ArgConstraint]) -> bool:
     return True
 
 
+def as_expected(calls: list[ToolCallRecord]) -> list[ToolCallRecord]:
+    """The calls as the task's expected calls (written for the react toolset) read them: the plan
+    strategy's submit_plan is its execute_sql, with the compiled SQL as the query, and its catalog lookups
+    are its schema reads. The state tool records, it does not act: it is left out."""
+    out = []
+    for c in calls:
+        if c.name == STATE_TOOL:
+            continue
+        if c.name in STANDS_FOR:
+            arguments = {"sql": c.sql or ""} if STANDS_FOR[c.name] == "execute_sql" else c.arguments
+            c = c.model_copy(update={"name": STANDS_FOR[c.name], "arguments": arguments})
+        out.append(c)
+    return out
+
+
 def expected_call_scores(task: Task, traj: Trajectory) -> tuple[float, float, bool]:
     """(precision, recall, partial order respected) of the actual calls against the expected ones."""
     expected: list[ExpectedToolCall] = [c for turn in task.turns for c in turn.expected_tool_calls]
-    actual = traj.tool_calls()
+    actual = as_expected(traj.tool_calls())
     if not actual:
         return (1.0 if not expected else 0.0), (0.0 if any(e.required for e in expected) else 1.0), True
     seen: set[str] = set()  # an identical repeat of a call is never "expected" a second time
@@ -230,7 +255,7 @@ def _first_attempt_correct(
     SQL's match is reused when the first query was also the last."""
     if task.type is not TaskType.time_series or not task.answerable:
         return None
-    first = next((c for c in traj.tool_calls() if c.name == "execute_sql"), None)
+    first = next((c for c in as_expected(traj.tool_calls()) if c.name == "execute_sql"), None)
     if first is None or not first.ok:
         return False
     args = _arguments(first.arguments)
@@ -295,7 +320,7 @@ def score_instance(
         status=status,
         exec_match=exec_match,
         correct=correct,
-        executable_sql=any(c.name == "execute_sql" and c.ok for c in calls),
+        executable_sql=any(c.name == "execute_sql" and c.ok for c in as_expected(calls)),
         tool_calls=len(calls),
         redundant_calls=sum(n - 1 for n in signature.values()),
         expected_precision=precision,
@@ -310,6 +335,7 @@ def score_instance(
         clarification_needed=task.type is TaskType.clarification,
         clarification_rounds=len(traj.clarifications),
         first_attempt_correct=_first_attempt_correct(task, traj, gold, executor, wanted, exec_match),
+        **vars(score_state(task, traj)),
         declares_order=any(c.after for turn in task.turns for c in turn.expected_tool_calls),
         stop_reason=traj.stop_reason,
         latency_s=_latency_s(traj),

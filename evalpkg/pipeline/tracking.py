@@ -93,8 +93,14 @@ def _log_trace(mlflow: Any, traj: Trajectory, score: InstanceScore | None) -> No
             )
             tool.set_outputs({"result": call.result[:4000]})
             tool.end(end_time_ns=start + int(call.elapsed_ms * 1e6) if start else None)
+    state = traj.final_state()
     root.set_outputs(
         {"answer": traj.final_answer, "final_sql": traj.final_sql, "correct": score.correct if score else None}
+        | (  # the dialogue state where the run kept one, and its score against the hidden slots
+            {"state": state.model_dump(mode="json"), "slot_accuracy": score.slot_accuracy if score else None}
+            if state is not None
+            else {}
+        )
     )
     root.end(end_time_ns=_ns(traj.ended_at))
 

@@ -1,6 +1,7 @@
 """A scripted OpenAI-compatible endpoint on 127.0.0.1 for tests: it fails the first requests with
 the given HTTP statuses, then answers a dialogue with a tool call (execute_sql, plus ask_clarify if
-asked to) and, once a tool result is there, a final answer; an LLM-played clinician gets a short
+asked to, or as a plan agent submit_plan with the plan given for the question) and, once a tool result
+is there, a final answer; an LLM-played clinician gets a short
 reply. It counts requests, the most in flight at once, and the client connections it saw."""
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ CLINICIAN_MARKERS = ("You are a clinician", "你是一位临床医生")
 
 
 class FakeEndpoint:
-    def __init__(self, failures: list[int] | None = None, delay_s: float = 0.0, clarify: bool = False) -> None:
+    def __init__(
+        self,
+        failures: list[int] | None = None,
+        delay_s: float = 0.0,
+        clarify: bool = False,
+        plans: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        self.plans = plans  # question -> the plan to submit (a plan agent); None: execute_sql
         self.failures = list(failures or [])
         self.delay_s = delay_s
         self.clarify = clarify
@@ -32,7 +40,16 @@ class FakeEndpoint:
             return {"role": "assistant", "content": "last 3 months"}
         if any(m.get("role") == "tool" for m in messages):
             return {"role": "assistant", "content": "There are 12 departments."}
-        calls = [("execute_sql", {"sql": "select count(*) as n from emr.dict_dept"})]
+        calls: list[tuple[str, dict[str, Any]]] = [("execute_sql", {"sql": "select count(*) as n from emr.dict_dept"})]
+        if self.plans is not None:
+            question = next(str(m.get("content")) for m in messages if m.get("role") == "user")
+            plan = self.plans.get(question)
+            calls = [("submit_plan", {"plan": plan})] if plan else []
+            if not calls:
+                return {
+                    "role": "assistant",
+                    "content": "数据库中没有这项数据，无法回答。 The database does not hold this data.",
+                }
         if self.clarify:
             calls.insert(0, ("ask_clarify", {"question": "Which time range?"}))
         return {

@@ -9,6 +9,7 @@ import pytest
 
 from evalpkg.agent.loop import Limits, ModelTurn, run_dialogue
 from evalpkg.agent.policies import gold_policy, perturb_sql, perturbation_policy
+from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.testset import release
 from evalpkg.testset.gold import agent_connection, run_gold
@@ -89,6 +90,11 @@ def test_circuit_breaker_records_a_fallback(new_toolkit: NewToolkit) -> None:
     assert traj.stop_reason == "total_call_limit" and len(traj.tool_calls()) == 2
     traj = run(Replay(list(calls)), new_toolkit(), Limits(max_steps=4))
     assert traj.stop_reason == "max_steps" and len(traj.steps) == 4
+    # the plan strategy's breaker (seed 001: 3 calls of one function, 7 in all) records the seed's fallback plan
+    lookups = [ModelTurn(tool_calls=[(f"c{i}", "list_all_tables", {})]) for i in range(10)]
+    plan_toolkit = new_toolkit(RunConfig(strategy="plan", sql_timeout_ms=1000))
+    traj = run(Replay(lookups), plan_toolkit, Limits(max_calls_per_tool=3, max_calls_total=7))
+    assert traj.stop_reason == "tool_call_limit" and traj.fallback.startswith('{"action": "SCAN_ALL_TABLES"')
 
 
 MALFORMED = [

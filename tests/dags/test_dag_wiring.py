@@ -127,8 +127,8 @@ def test_params_come_from_run_config_not_from_the_dag_file() -> None:
 
 def test_agent_choices_are_exactly_what_run_config_accepts() -> None:
     choices = orchestration.eval_params()["agent"]["enum"]
-    for agent in choices:
-        RunConfig(agent=agent, endpoint="http://127.0.0.1:1/v1")
+    for agent in choices:  # with the state toolset, which perturb:dropped_slot needs and the others allow
+        RunConfig(agent=agent, endpoint="http://127.0.0.1:1/v1", toolset="emr-v1+state")
     for bad in ("drop table", "perturb:", "perturb:nonsense", "GOLD"):
         assert bad not in choices
         with pytest.raises(ValueError):
