@@ -147,6 +147,7 @@ def register(app: typer.Typer) -> None:
         bar.close()
         for r in result["shards"]:
             log_worker(r)
+        _log("seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in result["seconds"].items()))
         o = result["overall"]
         for group, m in result["table"].items():  # per task type, then overall, next to the accuracy line
             if group.startswith("type.") and (line := repeats_line(group, m)):

@@ -26,6 +26,7 @@ ADDED_FIELDS = {
 THROUGHPUT_FIELDS = ("max_in_flight", "eval_db_pool", "results_db_pool")
 # An optional LLM judge of free-text answer points, recorded apart from the offline scores: outside the fingerprint.
 JUDGE_FIELDS = ("judge_endpoint", "judge_model")
+TRACKING_FIELDS = ("max_traces",)  # what reaches MLflow, not what is measured
 SCORING_FIELDS = ("reference_worlds",)  # measures added beside the others, which they leave alone
 PERTURBATIONS = ("wrong_time_field", "dropped_null_handling", "wrong_column", "extra_calls", "dropped_slot")
 DEFAULT_MODEL = "gold-replay"
@@ -74,6 +75,12 @@ class RunConfig(BaseModel):
         default=True,
         description="also score each answer in every built reference world (semantic_accuracy; build them "
         "with `evalpkg testset worlds`); off: the run's snapshot only",
+    )
+    max_traces: int | None = Field(
+        default=None,
+        ge=0,
+        description="log at most N trajectories to MLflow as traces, the failures first (the run says how many "
+        "it left out); default: every one",
     )
     native_tools: bool = Field(
         default=True, description="tool calls through the API; off: the model writes them as text (no native tools)"
@@ -212,6 +219,7 @@ class RunConfig(BaseModel):
         """What makes results comparable, without the name, sharding or concurrency (nor a worker's port:
         the worker and its model are in, the endpoint it happened to listen on is not)."""
         exclude = {"name", "shards", "concurrency", "api_key", *THROUGHPUT_FIELDS, *JUDGE_FIELDS, *SCORING_FIELDS}
+        exclude |= set(TRACKING_FIELDS)
         if self.worker != "none":
             exclude.add("endpoint")
         data = self.model_dump(mode="json", exclude=exclude)

@@ -17,6 +17,8 @@ from evalpkg.sql.executor import QueryFailed, ReadOnlyExecutor, jsonable
 from evalpkg.sql.guard import SqlRefused
 from evalpkg.testset.models import Complexity, Language, Task
 
+KEPT_PREDICTION_ROWS = 1000  # a re-run prediction is kept for the next instance that sends it up to this size
+
 
 class GoldCache:
     """Gold results, computed once per gold query on the run's snapshot, and the golds a grader accepts in
@@ -27,6 +29,7 @@ class GoldCache:
         self._rows: dict[str, tuple[list[str], list[list[Any]]]] = {}
         self._acceptable: dict[tuple[str, bool], list[ties.Ordered]] = {}
         self._labels: Labels | None = None
+        self._predictions: dict[str, Prediction] = {}
 
     @property
     def labels(self) -> Labels:
@@ -34,6 +37,16 @@ class GoldCache:
         if self._labels is None:
             self._labels = Labels.from_executor(self.executor)
         return self._labels
+
+    def prediction(self, sql: str | None) -> Prediction:
+        """An agent's SQL re-run on this snapshot, once per distinct query (the variants and repeats of a
+        task often send the same one); large results are not kept."""
+        if sql is not None and sql in self._predictions:
+            return self._predictions[sql]
+        pred = run_prediction(sql, self.executor)
+        if sql is not None and len(pred.rows or ()) <= KEPT_PREDICTION_ROWS:
+            self._predictions[sql] = pred
+        return pred
 
     def get(self, sql: str) -> tuple[list[str], list[list[Any]]]:
         if sql not in self._rows:
@@ -151,7 +164,7 @@ def execution_match(
     """(status of the agent's SQL re-run now, whether it matches a gold on the columns the variant asks
     for (asked; None: all), the gold rows answer points are read from: the matching gold's, else the
     first's that answers the variant, and that gold's columns)."""
-    pred = run_prediction(sql, executor)
+    pred = gold.prediction(sql) if gold.executor is executor else run_prediction(sql, executor)
     return (pred.status, *gold_match(task, pred, gold, asked))
 
 

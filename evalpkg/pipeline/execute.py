@@ -53,6 +53,7 @@ class ShardReport:
     worker_start_s: float | None = None  # launch to healthy, when the shard started a worker
     served: dict[str, str] | None = None  # the worker's identity (also in the results store)
     worker_log: str | None = None
+    record_s: float = 0.0  # writing trajectories to the results store, summed over the dialogue threads
 
 
 def run_instance(
@@ -134,6 +135,7 @@ def execute_shard(
         if client is not None:
             opened.callback(client.close)
         stopping = threading.Event()  # an instance failed (or the worker did): nothing more starts
+        record_times: list[float] = []
         failures: list[BaseException] = []  # the first is what the shard raises
 
         def run_one(inst: Instance) -> bool:
@@ -149,8 +151,11 @@ def execute_shard(
                         raise failure
                     if stopping.is_set():
                         raise _Stopping(inst.instance_id)
+                started = time.perf_counter()
                 with results.connection() as conn:
-                    return store.record(conn, run_id, shard, traj)
+                    written = store.record(conn, run_id, shard, traj)
+                record_times.append(time.perf_counter() - started)  # list.append is atomic across threads
+                return written
             except _Stopping:
                 raise
             except BaseException as exc:
@@ -177,7 +182,9 @@ def execute_shard(
                 if failures:
                     raise failures[0] from None
                 raise
+    started = time.perf_counter()
     store.export_jsonl(settings, run_id, shard)
+    exported = time.perf_counter() - started
     return ShardReport(
         shard,
         len(mine),
@@ -188,4 +195,5 @@ def execute_shard(
         worker.start_s if worker else None,
         worker.identity if worker else None,
         str(worker.log_path) if worker else None,
+        sum(record_times) + exported,
     )

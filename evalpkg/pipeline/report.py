@@ -1,82 +1,46 @@
-"""A self-contained HTML report per run: plots embedded as PNG data, tables, error clusters, and a
-drill-down into every trajectory."""
+"""A report per run that opens at any size. The page holds the summary, plots (PNG data), tables,
+error clusters and one short row per instance, with filters by id, task type, difficulty, outcome and
+error cluster; a trajectory's drill-down is read from the files beside the page when its row is opened
+(report_files.py says how they are laid out and written)."""
 
 from __future__ import annotations
 
-import base64
+import csv
 import html
-import io
 import json
-from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from evalpkg.agent.trajectory import Trajectory
 from evalpkg.pipeline.cluster import Cluster
+from evalpkg.pipeline.report_files import (
+    chunk_name,
+    chunk_script,
+    chunked,
+    digest,
+    files_folder,
+    publish,
+    script_json,
+    table_name,
+    table_script,
+)
+from evalpkg.pipeline.report_plots import plots
+from evalpkg.pipeline.report_views import instance_table, trajectory_view
 from evalpkg.pipeline.score import InstanceScore
-from evalpkg.testset.models import Difficulty, TaskType
 
-CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}
-th{background:#f3f3f3}.ok{color:#107010}.bad{color:#b01010}details{margin:2px 0}
-pre{background:#f7f7f7;padding:6px;white-space:pre-wrap;font-size:12px}img{max-width:560px;margin:4px}"""
-
-
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    return f'<img alt="plot" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
-
-
-def _plots(scores: list[InstanceScore], clusters: list[Cluster]) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = []
-    types, levels = list(TaskType), list(Difficulty)
-    grid = [[float("nan")] * len(levels) for _ in types]
-    for i, t in enumerate(types):
-        for j, d in enumerate(levels):
-            cell = [s.correct for s in scores if s.type == t.value and s.difficulty == d.value]
-            if cell:
-                grid[i][j] = sum(cell) / len(cell)
-    fig, ax = plt.subplots(figsize=(5, 4))
-    im = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn")
-    ax.set_xticks(range(len(levels)), [d.value for d in levels])
-    ax.set_yticks(range(len(types)), [t.value for t in types])
-    for i in range(len(types)):
-        for j in range(len(levels)):
-            if grid[i][j] == grid[i][j]:
-                ax.text(j, i, f"{grid[i][j]:.0%}", ha="center", va="center", fontsize=8)
-    ax.set_title("accuracy by type x difficulty")
-    fig.colorbar(im)
-    out.append(_png(fig))
-    plt.close(fig)
-    for title, values, bins in (
-        ("tool calls per instance", [s.tool_calls for s in scores], 15),
-        ("latency per instance (s)", [s.latency_s for s in scores], 30),
-    ):
-        fig, ax = plt.subplots(figsize=(5, 3))
-        ax.hist(values, bins=bins, color="#4a78b0")
-        ax.set_title(title)
-        out.append(_png(fig))
-        plt.close(fig)
-    names = Counter(n for s in scores for n in s.tool_names)
-    if names:
-        fig, ax = plt.subplots(figsize=(5, 3))
-        ax.barh(list(names), list(names.values()), color="#7a5fa8")
-        ax.set_title("tool calls by tool")
-        out.append(_png(fig))
-        plt.close(fig)
-    if clusters:
-        fig, ax = plt.subplots(figsize=(5, 3))
-        ax.barh([c.name[:40] for c in clusters], [c.size for c in clusters], color="#b0604a")
-        ax.set_title("error clusters")
-        out.append(_png(fig))
-        plt.close(fig)
-    return out
+ASSETS = Path(__file__).with_name("report_assets")
+INLINE_ROWS = 100  # rows of a per-instance table shown in the page; the rest are read on request
+REPEAT_MEASURES = ("best_of_k", "pass_all_k", "consistency")  # over a run's k repeats (metrics.repeat_metrics)
+INSTANCES = """<div class="filters">
+<input id="f-text" type="search" placeholder="task or instance id" aria-label="task or instance id">
+<select id="f-type" aria-label="task type"></select><select id="f-difficulty" aria-label="difficulty"></select>
+<select id="f-outcome" aria-label="outcome"></select><select id="f-cluster" aria-label="error cluster"></select>
+<span id="f-count"></span></div>
+<noscript><p>The instance table and the trajectories need JavaScript.</p></noscript>
+<table id="instances"><thead><tr><th>instance</th><th>type</th><th>difficulty</th><th>outcome</th><th>stop</th>
+<th>error cluster</th></tr></thead><tbody></tbody></table>
+<p><button id="p-prev">previous</button> <span id="p-at"></span> <button id="p-next">next</button></p>"""
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
@@ -91,12 +55,29 @@ def _fmt(v: Any) -> str:
     return f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
-REPEAT_MEASURES = ("best_of_k", "pass_all_k", "consistency")  # over a run's k repeats (metrics.repeat_metrics)
+def _long_table(name: str, rows: list[dict[str, Any]], files: dict[str, str]) -> str:
+    """A table with a row per instance: its first INLINE_ROWS in the page, all of them in a file beside
+    it that the 'show all' button reads, so a large run's page stays small."""
+    if len(rows) <= INLINE_ROWS:
+        return _table(rows)
+    files[table_name(name)] = table_script(name, _table(rows))
+    return (
+        f'<div id="full-{name}">{_table(rows[:INLINE_ROWS])}<p>The first {INLINE_ROWS} of {len(rows)} rows. '
+        f'<button data-table="{name}">Show all {len(rows)}</button></p></div>'
+    )
 
 
 def _with_ci(m: dict[str, float], key: str) -> str:
     """A measure with its 95% CI over tasks, in one cell."""
     return f"{m[key]:.3f} [{m[key + '_ci_low']:.3f}, {m[key + '_ci_high']:.3f}]"
+
+
+def cluster_assignment(clusters_csv: Path) -> dict[str, int]:
+    """Each failed instance's cluster, as the run's scoring wrote it to clusters.csv; empty without it."""
+    if not clusters_csv.is_file():
+        return {}
+    with clusters_csv.open(newline="", encoding="utf-8") as f:
+        return {row["instance_id"]: int(row["cluster"]) for row in csv.DictReader(f)}
 
 
 def write_report(
@@ -107,7 +88,13 @@ def write_report(
     scores: list[InstanceScore],
     clusters: list[Cluster],
     trajectories: list[Trajectory],
+    assignment: Mapping[str, int] | None = None,
 ) -> Path:
+    """Write the page at `path` and its files in `<stem>_files/` beside it. `assignment` (instance id ->
+    cluster) lets the table filter by error cluster; without it, the clusters.csv that scoring wrote
+    beside the page is read (a cluster the run no longer has is dropped by instance_table)."""
+    if assignment is None:
+        assignment = cluster_assignment(path.with_name("clusters.csv"))
     overall = table.get("overall", {})
     repeated = REPEAT_MEASURES if overall.get("repeats", 1) > 1 else ()  # with one repeat they are the accuracy
     groups = [
@@ -123,23 +110,13 @@ def write_report(
         for g, m in table.items()
         if g.startswith(("type.", "difficulty.", "complexity."))
     ]
-    by_traj = {t.instance_id: t for t in trajectories}
-    drill = []
-    for s in sorted(scores, key=lambda s: (s.correct, s.instance_id)):
-        t = by_traj.get(s.instance_id)
-        mark = '<span class="ok">✓</span>' if s.correct else '<span class="bad">✗</span>'
-        calls = "".join(
-            f"<details><summary>{html.escape(c.name)} {'ok' if c.ok else 'error'}</summary><pre>"
-            f"{html.escape(json.dumps(c.arguments, ensure_ascii=False)[:2000])}\n→ {html.escape(c.result[:3000])}</pre>"
-            f"</details>"
-            for c in (t.tool_calls() if t else [])
-        )
-        drill.append(
-            f"<details><summary>{mark} {html.escape(s.instance_id)} · {s.type}/{s.difficulty} · {s.stop_reason}"
-            f"</summary><p><b>Q:</b> {html.escape(t.question if t else '')}</p>"
-            f"<p><b>Answer:</b> {html.escape(t.final_answer if t else '')}</p>"
-            f"<pre>{html.escape(s.final_sql or '(no SQL)')}</pre>{_final_state(t)}{calls}</details>"
-        )
+    ordered = sorted(scores, key=lambda s: (s.correct, s.instance_id))  # the failures first
+    by_id = {t.instance_id: t for t in trajectories}
+    files: dict[str, str] = {}
+    chunk_of: dict[str, int] = {}
+    for i, views in enumerate(chunked([trajectory_view(s, by_id.get(s.instance_id)) for s in ordered])):
+        files[chunk_name(i)] = chunk_script(i, views)
+        chunk_of |= dict.fromkeys((v.instance_id for v in views), i)
     cluster_rows = [
         {"cluster": c.cluster, "size": c.size, "name": c.name, "examples": ", ".join(c.examples)} for c in clusters
     ]
@@ -151,30 +128,35 @@ def write_report(
     semantic = (
         "<p>Not measured: no reference world is built (<code>evalpkg testset worlds</code> builds them).</p>"
         if "semantic_accuracy" not in overall
-        else _table(coincidental)
+        else _long_table("coincidental", coincidental, files)
         if coincidental
         else "<p>None: every match on the snapshot also matches in every reference world.</p>"
     )
+    state = _state_section(scores, files)
+    folder = digest(files)  # every file is written by now: the folder's name says what it holds
+    index = instance_table(ordered, chunk_of, clusters, assignment)
+    index.files = f"{files_folder(path).name}/{folder}"
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>EMR agent run {html.escape(run_id)}</title>
-<style>{CSS}</style></head><body>
+<style>{(ASSETS / "report.css").read_text(encoding="utf-8")}</style></head><body>
 <h1>Run {html.escape(run_id)}</h1>
 <p>model <b>{html.escape(str(config.get("model")))}</b>, agent {html.escape(str(config.get("agent")))},
 test set {html.escape(str(config.get("testset_version")))}, {int(overall.get("instances", 0))} instances</p>
 <h2>Overall</h2>{_table([{k: v for k, v in overall.items()}])}
-<h2>Plots</h2>{"".join(_plots(scores, clusters))}
+<h2>Plots</h2>{"".join(plots(scores, clusters))}
 <h2>By type, difficulty and complexity</h2>{_table(groups)}
 <h2>Matches on the snapshot only (coincidental)</h2>{semantic}
-<h2>Dialogue state</h2>{_state_section(scores)}
+<h2>Dialogue state</h2>{state}
 <h2>Error clusters</h2>{_table(cluster_rows)}
-<h2>Trajectories</h2>{"".join(drill)}
+<h2>Instances</h2><p>Click a row for its trajectory: steps, tool calls, SQL and answer.</p>{INSTANCES}
 <h2>Configuration</h2><pre>{html.escape(json.dumps(config, ensure_ascii=False, indent=2))}</pre>
+<script type="application/json" id="instance-table">{script_json(index.model_dump_json())}</script>
+<script>{(ASSETS / "report.js").read_text(encoding="utf-8")}</script>
 </body></html>"""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(doc, encoding="utf-8")
+    publish(path, doc, files, folder)
     return path
 
 
-def _state_section(scores: list[InstanceScore]) -> str:
+def _state_section(scores: list[InstanceScore], files: dict[str, str]) -> str:
     """Per instance with a dialogue state (toolset emr-v1+state): its slot scores, the imperfect first."""
     kept = [s for s in scores if s.questions_about_filled_slots is not None]
     if not kept:
@@ -190,15 +172,6 @@ def _state_section(scores: list[InstanceScore]) -> str:
         for s in sorted(kept, key=lambda s: (s.slot_accuracy in (None, 1.0), s.instance_id))
         if s.slot_accuracy is not None or s.questions_about_filled_slots
     ]
-    return _table(rows) if rows else "<p>No instance has a hidden slot or a question about a filled slot.</p>"
-
-
-def _final_state(t: Trajectory | None) -> str:
-    state = t.final_state() if t else None
-    if state is None:
-        return ""
-    slots = {k: v.current for k, v in state.slots.items() if v.current}
-    return (
-        f"<p><b>State:</b> {html.escape(json.dumps(slots, ensure_ascii=False))}; missing "
-        f"{html.escape(', '.join(state.missing_slots) or 'none')}</p>"
-    )
+    if not rows:
+        return "<p>No instance has a hidden slot or a question about a filled slot.</p>"
+    return _long_table("state", rows, files)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import pandas as pd
 
 from evalpkg.agent.tools import TOOL_NAMES
 from evalpkg.agent.trajectory import Trajectory, sha256_text
-from evalpkg.errors import SyncError
+from evalpkg.errors import DataError
 from evalpkg.expectations import ValidationReport, load_suite, validate_frames
 from evalpkg.grading.comparator import COMPARATOR_VERSION
 from evalpkg.grading.execution import GoldCache
@@ -45,6 +47,8 @@ class Scored:
     clusters: list[Cluster]
     validation: ValidationReport
     trajectories: list[Trajectory]  # read from the store once, for the report and MLflow too
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage: score, semantic, cluster, gx
+    assignment: dict[str, int] = field(default_factory=dict)  # failed instance id -> its error cluster
 
 
 @dataclass
@@ -87,7 +91,10 @@ def _judge(config: RunConfig) -> Judge | None:
 
 def _frames(scores: list[InstanceScore], trajectories: list[Trajectory]) -> dict[str, pd.DataFrame]:
     calls = [
-        {"name": c.name if c.name in TOOL_NAMES else "(invalid)", "hash_ok": sha256_text(c.result) == c.result_sha256}
+        {  # a name the toolkit refused is "(invalid)"; one that ran keeps its name, for the suite to check
+            "name": c.name if c.ok or c.name in TOOL_NAMES else "(invalid)",
+            "hash_ok": sha256_text(c.result) == c.result_sha256,
+        }
         for t in trajectories
         for c in t.tool_calls()
     ]
@@ -105,6 +112,7 @@ def _frames(scores: list[InstanceScore], trajectories: list[Trajectory]) -> dict
 
 def score_run(settings: Settings, run_id: str, progress: Progress = quiet, *, save: bool = True) -> Scored:
     """Stages 4 and 5 from the store alone: re-scoring never calls a model; `save=False` writes nothing."""
+    clock = _Stages()  # reading the run back is part of scoring it
     config, testset_version, _, instances = store.load_run(settings, run_id)
     tasks = release.load(settings.tasks_dir, testset_version).by_id()
     trajectories = store.trajectories(settings, run_id)
@@ -125,24 +133,42 @@ def score_run(settings: Settings, run_id: str, progress: Progress = quiet, *, sa
         executor.close()
         if judge is not None:
             judge.close()
+    clock.lap("score")
     progress(f"scored {len(scores)} instances")
     if config.reference_worlds and not score_in_worlds(
         settings, scores, trajectories, tasks, timeout_ms=config.sql_timeout_ms * 2, progress=progress
     ):
         progress("semantic accuracy not measured: no reference world is built (`evalpkg testset worlds` builds them)")
+    clock.lap("semantic")
     if save and (before := store.comparator_versions(settings, run_id) - {COMPARATOR_VERSION}):
         earlier = ", ".join(sorted(f"v{v or 1}" for v in before))  # scores without a version predate v2
         progress(f"{run_id} was scored before by comparator {earlier}; its scores now follow v{COMPARATOR_VERSION}")
     clusters, assignment = cluster_failures(scores, tasks, seed=config.seed)
+    clock.lap("cluster")
     validation = validate_frames(
         load_suite(settings.expectations_dir / "run_outputs.json"),
         _frames(scores, trajectories),
         {"planned_instances": len(instances)},
     )
-    validation.raise_on_failure(SyncError)
+    validation.raise_on_failure(DataError)
+    clock.lap("gx")
     if save:
         _save_scores(settings, run_id, scores, clusters, assignment)
-    return Scored(scores, breakdown(scores), clusters, validation, trajectories)
+        clock.lap("score")  # saving the scores belongs to scoring
+    return Scored(scores, breakdown(scores), clusters, validation, trajectories, clock.seconds, assignment)
+
+
+class _Stages:
+    """Seconds per stage: each lap is charged to the stage named (a stage may be charged twice)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._last
+        self._last = now
 
 
 def _save_scores(
@@ -174,10 +200,17 @@ def report_run(settings: Settings, run_id: str, scored: Scored) -> Path:
         scored.scores,
         scored.clusters,
         scored.trajectories,
+        scored.assignment,
     )
 
 
-def track_run(settings: Settings, run_id: str, scored: Scored, max_traces: int | None = None) -> str:
+def track_run(
+    settings: Settings,
+    run_id: str,
+    scored: Scored,
+    max_traces: int | None = None,
+    report_ready: Callable[[], object] = lambda: None,
+) -> str:
     from evalpkg.pipeline.tracking import log_run
 
     config, testset_version, snap, instances = store.load_run(settings, run_id)
@@ -185,7 +218,9 @@ def track_run(settings: Settings, run_id: str, scored: Scored, max_traces: int |
     for i in instances:
         shards.setdefault(i.shard, []).append(i.instance_id)
     d = store.run_dir(settings, run_id)
-    artifacts = [d / n for n in ("report.html", "clusters.csv", "scores.jsonl", "config.json", "plan.json")]
+    names = ("report.html", "report_files", "clusters.csv", "scores.jsonl", "config.json", "plan.json")
+    artifacts = [d / n for n in names]
+    max_traces = config.max_traces if max_traces is None else max_traces
     parent = log_run(
         settings.tracking_uri,
         run_id,
@@ -198,6 +233,7 @@ def track_run(settings: Settings, run_id: str, scored: Scored, max_traces: int |
         scored.trajectories,
         artifacts,
         max_traces,
+        report_ready,
     )
     store.set_mlflow_run(settings, run_id, parent)
     return parent
@@ -207,8 +243,21 @@ def finish_run(settings: Settings, run_id: str, *, track: bool, progress: Progre
     """The one path after execution, for the CLI, the DAG and re-scoring: score and cluster, validate
     the outputs (GX), write the HTML report, log to MLflow when `track`."""
     scored = score_run(settings, run_id, progress)
-    report = report_run(settings, run_id, scored)
-    return Finished(scored, report, track_run(settings, run_id, scored) if track else None)
+    clock = _Stages()
+    with ThreadPoolExecutor(1, thread_name_prefix="report") as writer:
+        # tracking starts while the report is written; the report is logged once it is there
+        report = writer.submit(_timed, report_run, settings, run_id, scored)
+        mlflow_run_id = track_run(settings, run_id, scored, report_ready=report.result) if track else None
+        path, scored.seconds["report"] = report.result()
+    clock.lap("tracking")
+    if track:
+        scored.seconds["tracking"] = clock.seconds["tracking"]
+    return Finished(scored, path, mlflow_run_id)
+
+
+def _timed(fn: Callable[..., Path], *args: Any) -> tuple[Path, float]:
+    started = time.perf_counter()
+    return fn(*args), time.perf_counter() - started
 
 
 def run_all(
@@ -220,12 +269,17 @@ def run_all(
     track: bool = True,
     run_id: str | None = None,
 ) -> dict[str, Any]:
+    clock = _Stages()
     run_id = plan_run(settings, config, run_id, progress)
+    clock.lap("plan")
     reports: list[ShardReport] = []
     for shard in range(config.shards):
         reports.append(execute_shard(settings, run_id, shard, progress=shard_progress))
     finished = finish_run(settings, run_id, track=track, progress=progress)
+    record = sum(r.record_s for r in reports)  # inside the shards' time, summed over their dialogue threads
+    seconds = clock.seconds | {"execute": sum(r.seconds for r in reports) - record, "record": record}
     return {
+        "seconds": seconds | finished.scored.seconds,
         "run_id": run_id,
         "report": finished.report,
         "mlflow_run_id": finished.mlflow_run_id,

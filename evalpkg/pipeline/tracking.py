@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,16 @@ SHARD_TAG = "evalpkg.shard"  # on a child: its shard
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own tag on nested runs
 COMPARATOR_TAG = "evalpkg.comparator_version"  # tags, unlike params, follow a re-score
 FINGERPRINT_TAG = "evalpkg.config_fingerprint"
+TRACES_TAG = "evalpkg.traces"  # "N of M": how many trajectories are traces (--max-traces leaves some out)
 SERVED_PREFIX = "served."  # what the workers served: params (comparable) and tags (everything, per shard too)
+# Traces leave in batches of spans from background threads (MLflow's own async export): one request
+# per batch, not per span; log_run flushes and counts them before it returns. A user's own setting wins.
+BATCHED_TRACES = {
+    "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "true",
+    "MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "500",
+    "MLFLOW_ASYNC_TRACE_LOGGING_MAX_INTERVAL_MILLIS": "500",
+    "MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE": "1000000",  # a full queue drops traces: never full here
+}
 SERVED_PARAMS = ("served_model", "model_path", "model_digest", "revision", "quantization", "server_version", "gpu")
 
 
@@ -117,9 +127,13 @@ def log_run(
     trajectories: list[Trajectory],
     artifacts: list[Path],
     max_traces: int | None = None,
+    artifacts_ready: Callable[[], object] = lambda: None,
 ) -> str:
-    """Returns the parent MLflow run id; logging the same run id again reuses that parent."""
-    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")
+    """Returns the parent MLflow run id; logging the same run id again reuses that parent. Traces go
+    out in batches off this thread; `artifacts_ready` is waited for (a report being written meanwhile)
+    before the artifacts are logged, and the run fails unless every trace reached the server."""
+    for key, value in BATCHED_TRACES.items():
+        os.environ.setdefault(key, value)
     # Telemetry off (it must be set before mlflow is imported): it cannot reach its endpoint here, and its
     # session id, kept in os.environ, raced with requests reading the environment in a retried DAG task.
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -141,6 +155,7 @@ def log_run(
         if parent_id and r.data.tags.get(PARENT_TAG) == parent_id and r.data.tags.get(SHARD_TAG, "").isdigit()
     }
     if parent_id:
+        mlflow.flush_trace_async_logging()  # an attempt this process abandoned sends its last traces first
         _delete_traces(client, experiment_id, parent_id)
     params = config.model_dump(mode="json", exclude={"api_key"})
     params.update(
@@ -180,11 +195,22 @@ def log_run(
                     mlflow.set_tags({SERVED_PREFIX + k: str(v) for k, v in identity.items()})
                 shard_scores = [by_id[i] for i in ids if i in by_id]
                 mlflow.log_metrics({k: v for k, v in summarize(shard_scores).items() if v == v})
-        for traj in trajectories[: max_traces if max_traces is not None else len(trajectories)]:
+        traced = _traced(trajectories, by_id, max_traces)
+        mlflow.set_tags({TRACES_TAG: f"{len(traced)} of {len(trajectories)}"})
+        for traj in traced:
             _log_trace(mlflow, traj, by_id.get(traj.instance_id))
+        artifacts_ready()
         for path in artifacts:
-            if path.exists():
+            if path.is_dir():  # the report's trajectories, loaded as a row is opened
+                mlflow.log_artifacts(str(path), path.name)
+            elif path.exists():
                 mlflow.log_artifact(str(path))
+        mlflow.flush_trace_async_logging()
+        if (held := _count_traces(client, experiment_id, parent.info.run_id)) != len(traced):
+            raise ServiceError(
+                f"MLflow at {tracking_uri} holds {held} of the {len(traced)} traces of run {run_id}: "
+                f"`evalpkg score {run_id} --track` logs them again (it replaces them, nothing is logged twice)"
+            )
         return str(parent.info.run_id)
 
 
@@ -200,6 +226,29 @@ def _runs_of(client: Any, experiment_id: str, run_id: str) -> list[Any]:
         order_by=["attributes.start_time DESC"],
     )
     return [r for r in runs if r.data.tags.get(RUN_ID_TAG) == run_id]
+
+
+def _traced(trajectories: list[Trajectory], scores: dict[str, InstanceScore], limit: int | None) -> list[Trajectory]:
+    """Every trajectory, or at most `limit` of them: the failures first (what a user opens), in run order."""
+    if limit is None or limit >= len(trajectories):
+        return trajectories
+
+    def passed(t: Trajectory) -> bool:
+        return bool((s := scores.get(t.instance_id)) and s.correct)
+
+    return sorted(trajectories, key=passed)[:limit]  # a stable sort keeps run order within each
+
+
+def _count_traces(client: Any, experiment_id: str, mlflow_run_id: str) -> int:
+    held, token = 0, None
+    while True:
+        page = client.search_traces(
+            locations=[experiment_id], run_id=mlflow_run_id, include_spans=False, max_results=500, page_token=token
+        )
+        held += len(page)
+        token = page.token
+        if not token:
+            return held
 
 
 def _delete_traces(client: Any, experiment_id: str, mlflow_run_id: str) -> None:

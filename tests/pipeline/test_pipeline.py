@@ -36,6 +36,7 @@ from evalpkg.testset.models import Complexity, Language
 from evalpkg.testset.traps import perturb_sql
 from evalpkg.testset.validate import gold_executor
 from tests.pipeline.helpers import imperfections, run_agent
+from tests.pipeline.report_helpers import chunks, instance_table
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +238,12 @@ def test_report_is_self_contained_with_plots_and_drill_down(gold_run: tuple[str,
     parser = _Counter()
     parser.feed(text)
     assert parser.tags["img"] >= 3 and "data:image/png;base64," in text
-    assert parser.tags["details"] >= len(scored.scores)
+    # a row per instance in the page; the drill-downs, with every step, in the chunk files beside it
+    ids = sorted(s.instance_id for s in scored.scores)
+    assert sorted(r["instance_id"] for r in instance_table(path).decoded()) == ids
+    held = [t for c in chunks(path).values() for t in c.trajectories]
+    assert sorted(t.instance_id for t in held) == ids and all(t.steps for t in held)
+    assert {t.instance_id: t.final_sql for t in held} == {s.instance_id: s.final_sql for s in scored.scores}
     assert "http://" not in text.replace("http://host", "")  # nothing fetched from elsewhere
 
 
@@ -273,6 +279,39 @@ def test_mlflow_holds_parent_and_shard_runs_metrics_and_traces(
         assert len(traces) == 50
         kinds = Counter(s.span_type for s in traces[0].data.spans)
         assert kinds["AGENT"] == 1 and kinds["TOOL"] >= 1 and kinds["CHAT_MODEL"] >= 1
+    finally:
+        mlflow_server.stop(generated)
+
+
+def test_tracking_cut_short_is_completed_by_a_rerun_that_logs_nothing_twice(
+    gold_run: tuple[str, Scored], generated: Settings
+) -> None:
+    import mlflow
+
+    from evalpkg.pipeline.run import track_run
+    from evalpkg.pipeline.tracking import PARENT_TAG, RUN_ID_TAG
+    from evalpkg.services import mlflow_server
+
+    run_id, scored = gold_run
+
+    def killed() -> None:  # Ctrl-C while the report is still being written: traces are on their way
+        raise KeyboardInterrupt
+
+    mlflow_server.start(generated)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            track_run(generated, run_id, scored, max_traces=40, report_ready=killed)
+        parent_id = track_run(generated, run_id, scored, max_traces=40)
+        mlflow.set_tracking_uri(generated.tracking_uri)
+        client = mlflow.MlflowClient()
+        experiment = client.get_run(parent_id).info.experiment_id
+        tagged = client.search_runs([experiment], f"tags.`{RUN_ID_TAG}` = '{run_id}'")
+        assert [r.info.run_id for r in tagged if PARENT_TAG not in r.data.tags] == [parent_id]
+        assert sorted(r.data.tags["evalpkg.shard"] for r in tagged if PARENT_TAG in r.data.tags) == ["0", "1"]
+        traces = mlflow.search_traces(run_id=parent_id, locations=[experiment], return_type="list")
+        roots = [next(s for s in t.data.spans if s.parent_id is None) for t in traces]
+        instances = [root.attributes["instance_id"] for root in roots]
+        assert len(instances) == len(set(instances)) == 40
     finally:
         mlflow_server.stop(generated)
 

@@ -18,7 +18,15 @@ from pydantic import ValidationError
 
 from evalpkg.errors import ServiceError
 from evalpkg.grading.comparator import COMPARATOR_VERSION
-from evalpkg.runconfig import ADDED_FIELDS, CPU_MODEL_NAME, JUDGE_FIELDS, SCORING_FIELDS, RunConfig, served_name
+from evalpkg.runconfig import (
+    ADDED_FIELDS,
+    CPU_MODEL_NAME,
+    JUDGE_FIELDS,
+    SCORING_FIELDS,
+    TRACKING_FIELDS,
+    RunConfig,
+    served_name,
+)
 from evalpkg.serving.identity import served_identity
 from evalpkg.serving.worker import running, spec_for, vllm_spec
 from tests.serving.gold_replay import VERSION
@@ -94,7 +102,8 @@ def test_fingerprints_of_runs_without_a_worker_did_not_change() -> None:
     stored = config.model_dump(mode="json", exclude=set(ADDED_FIELDS))
     before = {k: v for k, v in stored.items() if k not in ("name", "shards", "concurrency", "api_key")}
     before = {k: v for k, v in before.items() if k not in ("max_in_flight", "eval_db_pool", "results_db_pool")}
-    before = {k: v for k, v in before.items() if k not in (*JUDGE_FIELDS, *SCORING_FIELDS)}  # added since, outside
+    added_outside = (*JUDGE_FIELDS, *SCORING_FIELDS, *TRACKING_FIELDS)  # added since, outside the fingerprint
+    before = {k: v for k, v in before.items() if k not in added_outside}
     before["comparator_version"] = COMPARATOR_VERSION  # in every fingerprint: it decides what "correct" means
     old_code = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:12]
     assert RunConfig.model_validate(stored).fingerprint() == old_code
