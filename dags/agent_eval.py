@@ -18,6 +18,9 @@ from evalpkg import orchestration
 TESTSET, EVAL_DB = Asset("testset"), Asset("eval_db")
 PINNED = "agent_eval_pinned"
 DEFAULT_ARGS = {"retries": 1, "retry_delay": timedelta(minutes=1), "owner": "ml-eng"}
+# A shard that needs longer should be split into more shards. Under Celery the broker's visibility
+# timeout (scripts/airflow) stays above it, so Redis never hands a still-running shard to a second worker.
+SHARD_DEADLINE = timedelta(hours=24)
 PARAMS = {name: Param(**schema) for name, schema in orchestration.eval_params().items()}
 
 
@@ -44,7 +47,13 @@ def agent_eval(dag_id: str, schedule: list[Asset], *, pinned: bool) -> None:
         def shards(eval_run: str) -> list[int]:
             return orchestration.eval_shards(eval_run)
 
-        @task(pool="gpu", queue="gpu", retries=2, map_index_template="shard {{ task.op_kwargs['shard'] }}")
+        @task(
+            pool="gpu",
+            queue="gpu",
+            retries=2,
+            execution_timeout=SHARD_DEADLINE,
+            map_index_template="shard {{ task.op_kwargs['shard'] }}",
+        )
         def execute(eval_run: str, shard: int) -> dict[str, Any]:
             return orchestration.eval_shard(eval_run, shard)
 
