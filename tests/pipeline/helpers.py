@@ -14,7 +14,9 @@ from evalpkg.testset.models import Task
 
 
 def run_agent(settings: Settings, agent: str, **kw: Any) -> tuple[str, Scored]:
-    config = RunConfig(name=agent.replace(":", "-"), agent=agent, **{"concurrency": 4, **kw})
+    # scoring in reference worlds is tested on its own (test_pipeline); a world an earlier test built
+    # would otherwise re-run every match of every test's run there
+    config = RunConfig(name=agent.replace(":", "-"), agent=agent, **{"concurrency": 4, "reference_worlds": False, **kw})
     run_id = plan_run(settings, config)
     for shard in range(config.shards):
         execute_shard(settings, run_id, shard)
