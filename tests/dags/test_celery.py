@@ -5,15 +5,12 @@ broker's safe defaults hold (no visibility-timeout warning, the timeout above ev
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +18,7 @@ import pytest
 from evalpkg.settings import Settings
 from evalpkg.sync.runner import SyncReport
 from tests.conftest import free_port
-from tests.dags.test_real_deployment import SCRIPT, Deployment, _run_dag, _wait
+from tests.dags.test_real_deployment import SCRIPT, Deployment, _run_dag, _wait, deployment_env
 
 EVAL_CONF = {"limit": 3, "shards": 2, "languages": ["zh"], "complexities": ["plain"], "name": "celery-test"}
 GPU_DAGS = ("agent_eval", "agent_eval_snapshot", "model_quantize")
@@ -54,22 +51,10 @@ def celery_deployment(
 
     home = tmp_path_factory.mktemp("airflow-celery")
     port = free_port()
-    env = {
-        **os.environ,
-        "EVALPKG_STATE_DIR": str(generated.state_dir),
-        "EVALPKG_PG_PORT": str(generated.pg_port),
-        "EVALPKG_MLFLOW_PORT": str(generated.mlflow_port),
-        "EVALPKG_TASKS_DIR": str(generated.tasks_dir),
-        "EVALPKG_AIRFLOW_HOME": str(home),
-        "AIRFLOW_API_PORT": str(port),
-        "AIRFLOW_WORKER_LOG_PORT": str(free_port()),
+    env = deployment_env(generated, home, port) | {
         "AIRFLOW_GPU_WORKER_LOG_PORT": str(free_port()),
-        "AIRFLOW_TRIGGER_LOG_PORT": str(free_port()),
         "AIRFLOW_REDIS_PORT": str(free_port()),
         "AIRFLOW_DEFAULT_SLOTS": "2",
-        # only the runs this test triggers: no scheduled ehr_deid_sync run queued ahead of them
-        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     # the defaults under test: none of them may come from the caller's environment
     for name in ("AIRFLOW_GPU_SLOTS", "AIRFLOW_VISIBILITY_TIMEOUT", "AIRFLOW__CORE__HOSTNAME_CALLABLE"):

@@ -39,6 +39,24 @@ class Deployment:
         return "\n".join(out)[-20_000:]
 
 
+def deployment_env(generated: Settings, home: Path, api_port: int) -> dict[str, str]:
+    """What `scripts/airflow start` gets: the test session's servers, its own home and ports."""
+    return {
+        **os.environ,
+        "EVALPKG_STATE_DIR": str(generated.state_dir),
+        "EVALPKG_PG_PORT": str(generated.pg_port),
+        "EVALPKG_MLFLOW_PORT": str(generated.mlflow_port),
+        "EVALPKG_TASKS_DIR": str(generated.tasks_dir),
+        "EVALPKG_AIRFLOW_HOME": str(home),
+        "AIRFLOW_API_PORT": str(api_port),
+        "AIRFLOW_WORKER_LOG_PORT": str(free_port()),
+        "AIRFLOW_TRIGGER_LOG_PORT": str(free_port()),
+        # only the runs this test triggers: no scheduled ehr_deid_sync run queued ahead of them
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
 @pytest.fixture(scope="module")
 def deployment(
     synced: SyncReport, generated: Settings, tmp_path_factory: pytest.TempPathFactory
@@ -47,21 +65,7 @@ def deployment(
 
     home = tmp_path_factory.mktemp("airflow-real")
     port = free_port()
-    env = {
-        **os.environ,
-        "EVALPKG_STATE_DIR": str(generated.state_dir),
-        "EVALPKG_PG_PORT": str(generated.pg_port),
-        "EVALPKG_MLFLOW_PORT": str(generated.mlflow_port),
-        "EVALPKG_TASKS_DIR": str(generated.tasks_dir),
-        "EVALPKG_AIRFLOW_HOME": str(home),
-        "AIRFLOW_API_PORT": str(port),
-        "AIRFLOW_WORKER_LOG_PORT": str(free_port()),
-        "AIRFLOW_TRIGGER_LOG_PORT": str(free_port()),
-        "AIRFLOW_GPU_SLOTS": "2",
-        # only the runs this test triggers: no scheduled ehr_deid_sync run queued ahead of them
-        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
+    env = deployment_env(generated, home, port) | {"AIRFLOW_GPU_SLOTS": "2"}
     mlflow_server.start(generated)
     try:
         started = subprocess.run([str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=300)
