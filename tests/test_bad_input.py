@@ -319,8 +319,6 @@ CASES = [
         "--config sql_timeout_ms: input should be a valid integer"),
     bad("run-config-format-version", """run --config '{"format_version": 2}'""", 2,
         "--config format_version: must be 1, got 2"),
-    bad("run-config-plan-without-openai", """run --config '{"strategy": "plan"}'""", 2,
-        "strategy plan needs agent openai"),
     bad("run-config-llm-user-without-openai", """run --config '{"user_simulator": "llm"}'""", 2,
         "user_simulator llm needs agent openai"),
     bad("run-worker-unknown", "run --worker gpu", 2, "--worker: must be 'none', 'cpu' or 'vllm', got 'gpu'"),

@@ -249,7 +249,9 @@ def test_a_shard_killed_20_times_records_each_instance_once_and_scores_as_a_clea
             f"  {k:2d} {kill.kind:10s} at {kill.at_s:5.2f}s: recorded {kill.before:3d} -> {kill.after:3d} of {total} ({what})"
         )
     print(f"  last run: {total - before_last} recorded; executing took {executed:.0f}s in all")
-    assert in_flight > CONCURRENCY // 2
+    # many dialogues in flight at once, not a few: the peak was 110-116 of 256 on a loaded 2-core machine,
+    # 200 on a quiet one; a shard that serialized its dialogues would show a handful
+    assert in_flight > CONCURRENCY // 4
 
     # the kills landed mid-shard, some while trajectories were being recorded
     assert {k: kill.log for k, kill in enumerate(kills) if kill.returncode != -signal.SIGKILL} == {}
