@@ -18,7 +18,14 @@ import pytest
 from evalpkg.settings import Settings
 from evalpkg.sync.runner import SyncReport
 from tests.conftest import free_port
-from tests.dags.test_real_deployment import SCRIPT, Deployment, _run_dag, _wait, deployment_env
+from tests.dags.test_real_deployment import (
+    SCRIPT,
+    Deployment,
+    _run_dag,
+    _wait,
+    assert_scored_and_tracked,
+    deployment_env,
+)
 
 EVAL_CONF = {"limit": 3, "shards": 2, "languages": ["zh"], "complexities": ["plain"], "name": "celery-test"}
 GPU_DAGS = ("agent_eval", "agent_eval_snapshot", "model_quantize")
@@ -108,10 +115,6 @@ def test_celery_visibility_timeout_is_above_every_gpu_task_deadline(celery_deplo
 def test_celery_agent_eval_runs_shards_on_the_gpu_worker_only_and_tracks(
     celery_eval_run: dict[str, Any], generated: Settings
 ) -> None:
-    import mlflow
-
-    from evalpkg.pipeline import store
-
     tis = celery_eval_run["task_instances"]
     execute = [ti for ti in tis if ti["task_id"] == "execute"]
     assert sorted(ti["map_index"] for ti in execute) == [0, 1]
@@ -119,18 +122,7 @@ def test_celery_agent_eval_runs_shards_on_the_gpu_worker_only_and_tracks(
     others = [ti for ti in tis if ti["task_id"] != "execute"]
     assert {ti["task_id"] for ti in others} == {"normalize", "shards", "score_validate_track"}
     assert {(ti["hostname"], ti["state"]) for ti in others} == {(DEFAULT_WORKER, "success")}, others
-    with store.results_db(generated) as conn:
-        row = conn.execute(
-            "select run_id, mlflow_run_id from results.run where name = 'celery-test' order by created_at desc limit 1"
-        ).fetchone()
-        assert row is not None
-        scored = conn.execute("select count(*) from results.score where run_id = %s", (row[0],)).fetchone()
-    assert scored is not None and scored[0] == 3
-    mlflow.set_tracking_uri(generated.tracking_uri)
-    client = mlflow.MlflowClient()
-    parent = client.get_run(row[1])
-    children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{row[1]}'")
-    assert len(children) == 2
+    assert_scored_and_tracked(generated, "celery-test", instances=3, shards=2)
 
 
 def test_celery_a_shard_task_delivered_again_records_nothing_twice(

@@ -124,28 +124,33 @@ def test_real_ehr_deid_sync_runs_under_the_scheduler(deployment: Deployment) -> 
     assert any(t.startswith("dbt.") for t in task_ids)
 
 
-def test_real_agent_eval_maps_shards_on_the_gpu_pool_and_tracks(deployment: Deployment, generated: Settings) -> None:
+def assert_scored_and_tracked(generated: Settings, name: str, *, instances: int, shards: int) -> None:
+    """The latest evaluation run called `name`: its instances scored, an MLflow parent with a child per shard."""
     import mlflow
 
     from evalpkg.pipeline import store
 
+    with store.results_db(generated) as conn:
+        row = conn.execute(
+            "select run_id, mlflow_run_id from results.run where name = %s order by created_at desc limit 1", (name,)
+        ).fetchone()
+        assert row is not None
+        scored = conn.execute("select count(*) from results.score where run_id = %s", (row[0],)).fetchone()
+    assert scored is not None and scored[0] == instances
+    mlflow.set_tracking_uri(generated.tracking_uri)
+    client = mlflow.MlflowClient()
+    parent = client.get_run(row[1])
+    children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{row[1]}'")
+    assert len(children) == shards
+
+
+def test_real_agent_eval_maps_shards_on_the_gpu_pool_and_tracks(deployment: Deployment, generated: Settings) -> None:
     run = _run_dag(deployment, "agent_eval", EVAL_CONF, timeout_s=300)
     execute = [ti for ti in run["task_instances"] if ti["task_id"] == "execute"]
     assert sorted(ti["map_index"] for ti in execute) == [0, 1]
     assert all((ti["queue"], ti["pool"], ti["state"]) == ("gpu", "gpu", "success") for ti in execute), execute
     assert {ti["rendered_map_index"] for ti in execute} == {"shard 0", "shard 1"}
-    with store.results_db(generated) as conn:
-        row = conn.execute(
-            "select run_id, mlflow_run_id from results.run where name = 'real-test' order by created_at desc limit 1"
-        ).fetchone()
-        assert row is not None
-        scored = conn.execute("select count(*) from results.score where run_id = %s", (row[0],)).fetchone()
-    assert scored is not None and scored[0] == 3
-    mlflow.set_tracking_uri(generated.tracking_uri)
-    client = mlflow.MlflowClient()
-    parent = client.get_run(row[1])
-    children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{row[1]}'")
-    assert len(children) == 2
+    assert_scored_and_tracked(generated, "real-test", instances=3, shards=2)
 
 
 pytestmark = pytest.mark.server  # Airflow, dbt or the CLI starting its own services: not in --quick
