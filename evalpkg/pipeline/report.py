@@ -5,7 +5,6 @@ error cluster; a trajectory's drill-down is read from the files beside the page 
 
 from __future__ import annotations
 
-import csv
 import html
 import json
 from collections.abc import Mapping
@@ -72,14 +71,6 @@ def _with_ci(m: dict[str, float], key: str) -> str:
     return f"{m[key]:.3f} [{m[key + '_ci_low']:.3f}, {m[key + '_ci_high']:.3f}]"
 
 
-def cluster_assignment(clusters_csv: Path) -> dict[str, int]:
-    """Each failed instance's cluster, as the run's scoring wrote it to clusters.csv; empty without it."""
-    if not clusters_csv.is_file():
-        return {}
-    with clusters_csv.open(newline="", encoding="utf-8") as f:
-        return {row["instance_id"]: int(row["cluster"]) for row in csv.DictReader(f)}
-
-
 def write_report(
     path: Path,
     run_id: str,
@@ -88,13 +79,10 @@ def write_report(
     scores: list[InstanceScore],
     clusters: list[Cluster],
     trajectories: list[Trajectory],
-    assignment: Mapping[str, int] | None = None,
+    assignment: Mapping[str, int],
 ) -> Path:
-    """Write the page at `path` and its files in `<stem>_files/` beside it. `assignment` (instance id ->
-    cluster) lets the table filter by error cluster; without it, the clusters.csv that scoring wrote
-    beside the page is read (a cluster the run no longer has is dropped by instance_table)."""
-    if assignment is None:
-        assignment = cluster_assignment(path.with_name("clusters.csv"))
+    """Write the page at `path` and its files in `<stem>_files/` beside it. `assignment` (failed instance
+    id -> its error cluster, as scoring made them) lets the table filter by error cluster."""
     overall = table.get("overall", {})
     repeated = REPEAT_MEASURES if overall.get("repeats", 1) > 1 else ()  # with one repeat they are the accuracy
     groups = [
