@@ -27,17 +27,11 @@ from evalpkg.settings import get_settings
 def traces_in_mlflow(tracking_uri: str, mlflow_run_id: str) -> int:
     import mlflow
 
+    from evalpkg.pipeline.tracking import count_traces
+
     mlflow.set_tracking_uri(tracking_uri)
     client = mlflow.MlflowClient()
-    experiment = client.get_run(mlflow_run_id).info.experiment_id
-    held, token = 0, None
-    while True:
-        page = client.search_traces(
-            locations=[experiment], run_id=mlflow_run_id, include_spans=False, max_results=500, page_token=token
-        )
-        held, token = held + len(page), page.token
-        if not token:
-            return held
+    return count_traces(client, client.get_run(mlflow_run_id).info.experiment_id, mlflow_run_id)
 
 
 def first_screen_bytes(report: Path) -> int:

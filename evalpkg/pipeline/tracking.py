@@ -206,7 +206,7 @@ def log_run(
             elif path.exists():
                 mlflow.log_artifact(str(path))
         mlflow.flush_trace_async_logging()
-        if (held := _count_traces(client, experiment_id, parent.info.run_id)) != len(traced):
+        if (held := count_traces(client, experiment_id, parent.info.run_id)) != len(traced):
             raise ServiceError(
                 f"MLflow at {tracking_uri} holds {held} of the {len(traced)} traces of run {run_id}: "
                 f"`evalpkg score {run_id} --track` logs them again (it replaces them, nothing is logged twice)"
@@ -239,7 +239,8 @@ def _traced(trajectories: list[Trajectory], scores: dict[str, InstanceScore], li
     return sorted(trajectories, key=passed)[:limit]  # a stable sort keeps run order within each
 
 
-def _count_traces(client: Any, experiment_id: str, mlflow_run_id: str) -> int:
+def count_traces(client: Any, experiment_id: str, mlflow_run_id: str) -> int:
+    """The traces MLflow holds for a run, page by page."""
     held, token = 0, None
     while True:
         page = client.search_traces(
