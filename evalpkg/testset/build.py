@@ -73,6 +73,7 @@ class Template(BaseModel):
     # parameter -> value key -> why this template may no longer use it (clinical review); tasks already
     # released with it are removed by the next migrate, and no new task is made with it
     withdrawn: dict[str, dict[str, str]] = {}
+    since: str = "v1"  # the release that first made tasks from it; `build` (v1) uses only the v1 ones
 
     def retired(self, combo: dict[str, Value]) -> str:
         """Why no new task may use these parameters ("" if it may): a value retired everywhere
@@ -102,13 +103,35 @@ class BuildReport:
     short: dict[str, int] = field(default_factory=dict)  # template id -> how many it could not fill
 
 
-def load_templates(name: str = "templates_v1.json") -> TemplateFile:
-    text = resources.files("evalpkg.testset").joinpath(name).read_text(encoding="utf-8")
+TEMPLATE_FILES = "templates"  # evalpkg/testset/templates/*.json: templates added after v1, one file per batch
+
+
+def load_templates(name: str | None = None) -> TemplateFile:
+    """Every template: templates_v1.json and the files under templates/ (or one file, by name)."""
+    package = resources.files("evalpkg.testset")
+    if name is not None:
+        return _template_file(package.joinpath(name), name)
+    later = package.joinpath(TEMPLATE_FILES)
+    files = [("templates_v1.json", package.joinpath("templates_v1.json"))]
+    if later.is_dir():
+        files += [(f"{TEMPLATE_FILES}/{p.name}", p) for p in sorted(later.iterdir(), key=lambda p: p.name) if p.name.endswith(".json")]
+    templates: list[Template] = []
+    seen: dict[str, str] = {}
+    for label, path in files:
+        for t in _template_file(path, label).templates:
+            if t.id in seen:
+                raise ConfigError(f"{label}: template {t.id} is defined in {seen[t.id]} already")
+            seen[t.id] = label
+            templates.append(t)
+    return TemplateFile(format_version=1, templates=templates)
+
+
+def _template_file(path: Any, label: str) -> TemplateFile:
     try:
-        return TemplateFile.model_validate_json(text)
+        return TemplateFile.model_validate_json(path.read_text(encoding="utf-8"))
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise ConfigError(f"{name}: field {'.'.join(map(str, err['loc']))}: {err['msg']}") from exc
+        raise ConfigError(f"{label}: field {'.'.join(map(str, err['loc']))}: {err['msg']}") from exc
 
 
 def render(value: Any, params: dict[str, Any]) -> Any:
@@ -168,6 +191,8 @@ def build(settings: Settings, *, seed: int = 1, progress: Progress = quiet) -> B
         with conn.transaction():
             domain = domains(conn)
         for t in spec.templates:
+            if t.since != "v1":
+                continue  # added by a later release, from the release it extends
             combos = t.choices(domain)
             random.Random(f"{seed}:{t.id}").shuffle(combos)
             made = 0
