@@ -114,7 +114,11 @@ def load_templates(name: str | None = None) -> TemplateFile:
     later = package.joinpath(TEMPLATE_FILES)
     files = [("templates_v1.json", package.joinpath("templates_v1.json"))]
     if later.is_dir():
-        files += [(f"{TEMPLATE_FILES}/{p.name}", p) for p in sorted(later.iterdir(), key=lambda p: p.name) if p.name.endswith(".json")]
+        files += [
+            (f"{TEMPLATE_FILES}/{p.name}", p)
+            for p in sorted(later.iterdir(), key=lambda p: p.name)
+            if p.name.endswith(".json")
+        ]
     templates: list[Template] = []
     seen: dict[str, str] = {}
     for label, path in files:
