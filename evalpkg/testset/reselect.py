@@ -63,17 +63,24 @@ class Reselection:
     worlds: tuple[worlds.World, ...]
     tasks: list[Task] = field(default_factory=list)
     changes: release.ChangeSet = field(default_factory=release.ChangeSet)
+    joined: dict[str, int] = field(default_factory=dict)  # template added by this release -> its tasks
 
     def summary(self) -> str:
         kept = sum(1 for t in self.tasks if t.id not in self.changes.added)
+        replacing = len(self.changes.added) - sum(self.joined.values())
+        joined = (
+            f" {sum(self.joined.values())} tasks from {len(self.joined)} templates new in this release."
+            if self.joined
+            else ""
+        )
         return (
             f"Every tagged trap bites and every premise holds in each of {len(self.worlds)} reference worlds "
             f"({'; '.join(w.label() for w in self.worlds)}; built by `evalpkg testset reselect`): {len(self.tasks)} "
             f"tasks, {kept} kept from {self.source} ({len(self.changes.changed)} of them with a trap tag dropped), "
-            f"{len(self.changes.added)} new parameter choices replacing {len(self.changes.removed)} tasks whose trap "
-            "did not bite, whose premise failed, whose answer repeated another task's or whose parameters the "
-            "clinical review withdrew (fasting glucose cut-offs are 5.6, 6.1 and 7.0 mmol/L; 7.8 and 11.1 are the "
-            "2-hour and random-glucose ones). The world itself now carries every documented trap in every year."
+            f"{replacing} new parameter choices replacing {len(self.changes.removed)} tasks whose trap "
+            "did not bite, whose premise failed, whose answer repeated another task's, whose template keeps fewer "
+            "copies or whose parameters the clinical review withdrew (fasting glucose cut-offs are 5.6, 6.1 and "
+            "7.0 mmol/L; 7.8 and 11.1 are the 2-hour and random-glucose ones)." + joined
         )
 
 
@@ -82,38 +89,46 @@ def reselect(
     source: str,
     *,
     reference: tuple[worlds.World, ...] = worlds.WORLDS,
+    per_template: int | None = None,
     progress: Progress = quiet,
 ) -> tuple[release.Release, Reselection]:
+    """`per_template`: at most this many tasks per template (more shapes, fewer parameter copies); a
+    template with no task in SOURCE (added after it) gets its count, within the same bound."""
     tasks_dir = settings.tasks_dir
     src = release.load_source(tasks_dir, source, "reselect from")
     with agent_connection(settings) as conn:
         snap = snapshot_version(conn)  # the user's snapshot, which the release notes name
+    target = release.next_version(tasks_dir)
+    # templates added by the target release join with their count; the others keep their tasks' number
+    joining = {t.id: t.count for t in load_templates().templates if t.since == target}
     verdicts: dict[Key, Verdict] = {}
     groups: dict[str, list[Candidate]] = {}
     for n, (world, scratch) in enumerate(worlds.each(settings, reference, progress=progress), 1):
         if not groups:
-            groups = _candidates(scratch, src.tasks)
+            groups = _candidates(scratch, src.tasks, joining)
         everyone = [c for group in groups.values() for c in group]
         _check_world(scratch, world, everyone, verdicts)
         usable = sum(not verdicts[c.key].failures for c in everyone)
         progress(f"world {n}/{len(reference)}: {usable} of {len(everyone)} candidates usable so far")
     plan = Reselection(source, reference)
     for candidates in groups.values():
-        _choose(plan, candidates, verdicts, src.tasks, len(reference))
-    target = release.next_version(tasks_dir)
+        _choose(plan, candidates, verdicts, src.tasks, len(reference), joining, per_template)
     rel = release.write(tasks_dir, target, plan.tasks, snap, plan.changes)
     release.add_changelog_summary(tasks_dir, target, plan.summary())
     return rel, plan
 
 
-def _candidates(scratch: Settings, tasks: list[Task]) -> dict[str, list[Candidate]]:
-    """Per template: its current tasks' parameters first (a retired value marks one unusable, with the
-    reason), then other choices in a fixed order; per ticket task: itself."""
+def _candidates(scratch: Settings, tasks: list[Task], joining: dict[str, int]) -> dict[str, list[Candidate]]:
+    """Per template with tasks in the source, or joining: its current tasks' parameters first (a retired
+    value marks one unusable, with the reason), then other choices in a fixed order; per ticket task:
+    itself."""
     with agent_connection(scratch) as conn, conn.transaction():
         domain = domains(conn)
     groups: dict[str, list[Candidate]] = {}
     for t in load_templates().templates:
         current = {_params(task): task for task in tasks if task.provenance.template_id == t.id}
+        if not current and t.id not in joining:
+            continue
         combos = t.choices(domain)
         random.Random(f"reselect:{t.id}").shuffle(combos)
         by_params = {tuple(sorted((k, v.key) for k, v in c.items())): c for c in combos}
@@ -172,16 +187,23 @@ def _choose(
     verdicts: dict[Key, Verdict],
     source: list[Task],
     n_worlds: int,
+    joining: dict[str, int],
+    per_template: int | None,
 ) -> None:
     group = candidates[0].group
     current = [t for t in source if group in (t.provenance.template_id, t.id)]
+    wanted = len(current) or joining.get(group, 0)
+    if per_template is not None:
+        wanted = min(wanted, per_template)
+    if not current:
+        plan.joined[group] = 0
     traps_of = [t for t in candidates[0].task.tags if t in traps.TRAP_TAGS]
     usable = [c for c in candidates if not verdicts[c.key].failures]
     # most traps biting first; among equals the current tasks, then new choices in their fixed order
     ranked = sorted(usable, key=lambda c: (-len(_biting(c, verdicts)), c.previous is None))
     chosen: list[Candidate] = []
     for c in ranked:
-        if len(chosen) == len(current):
+        if len(chosen) == wanted:
             break
         if not _repeats(c, chosen, verdicts):
             chosen.append(c)
@@ -204,6 +226,8 @@ def _choose(
                 }
             )
         plan.tasks.append(task)
+        if group in plan.joined:
+            plan.joined[group] += 1
         if c.previous is None:
             params = ", ".join(f"{k}={v}" for k, v in c.params)
             plan.changes.added[task.id] = f"template {group} with {params}" + (f" ({why}: tag dropped)" if lost else "")
@@ -213,8 +237,13 @@ def _choose(
                 plan.changes.changed[task.id] = f"{why}: tag dropped"
     by_params = {c.params: c for c in candidates}
     for task in current:
-        if task.id not in kept:
-            plan.changes.removed[task.id] = _why_not(by_params.get(_params(task)), verdicts, n_worlds)
+        if task.id in kept:
+            continue
+        mine = by_params.get(_params(task))
+        if mine is not None and not verdicts[mine.key].failures and len(chosen) == wanted < len(current):
+            plan.changes.removed[task.id] = f"at most {per_template} tasks per template: more shapes, fewer copies"
+        else:
+            plan.changes.removed[task.id] = _why_not(mine, verdicts, n_worlds)
 
 
 def _repeats(c: Candidate, chosen: list[Candidate], verdicts: dict[Key, Verdict]) -> bool:

@@ -5,6 +5,7 @@ its reasons. Each world is built in a scratch cluster, so these tests take minut
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from evalpkg.errors import DataError
 from evalpkg.settings import PROJECT_ROOT, Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release, traps, worlds
+from evalpkg.testset import reselect as reselect_module
+from evalpkg.testset.build import load_templates
 from evalpkg.testset.models import Task
 from evalpkg.testset.reselect import reselect
 from evalpkg.testset.validate import validate_reference
@@ -92,3 +95,22 @@ def test_reselect_starts_from_the_latest_release(settings: Settings, flawed_task
     shutil.copytree(flawed_tasks / "v1", flawed_tasks / "v2")
     with pytest.raises(DataError, match="reselect from the latest release"):
         reselect(settings.model_copy(update={"tasks_dir": flawed_tasks}), "v1", reference=SMALL)
+
+
+def test_reselect_caps_tasks_per_template_and_adds_the_templates_new_in_its_release(
+    synced: SyncReport, generated: Settings, flawed_tasks: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    joining = "new_diagnosis_patients_by_year"  # a template with no task in the flawed tree, added "in v2"
+    templates = load_templates()
+    marked = [t.model_copy(update={"since": "v2"}) if t.id == joining else t for t in templates.templates]
+    monkeypatch.setattr(reselect_module, "load_templates", lambda: templates.model_copy(update={"templates": marked}))
+    local = generated.model_copy(update={"tasks_dir": flawed_tasks})
+    rel, plan = reselect(local, "v1", reference=SMALL[:1], per_template=2)
+
+    families = Counter(_family(t) for t in rel.tasks)
+    assert families and max(families.values()) <= 2, families
+    assert plan.joined == {joining: 2} and families[f"ts-{joining}"] == 2
+    assert all(plan.changes.added[t.id].startswith(f"template {joining} with ") for t in rel.tasks if joining in t.id)
+    capped = [why for why in plan.changes.removed.values() if why.startswith("at most 2 tasks per template")]
+    assert capped  # the flawed templates had more usable tasks than two
+    assert "2 tasks from 1 templates new in this release" in plan.summary()
