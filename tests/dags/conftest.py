@@ -1,5 +1,5 @@
 """Shared by test_dags.py and test_dbt_tasks.py: one migrated Airflow home and DagBag on the test
-cluster, and one end-to-end ehr_deid_sync run with dag.test() (minutes), which both check."""
+cluster. (ehr_deid_sync runs end to end once, under the real scheduler: test_real_deployment.py.)"""
 
 from __future__ import annotations
 
@@ -13,10 +13,7 @@ from typing import Any
 import pytest
 
 from evalpkg.settings import PROJECT_ROOT, Settings
-from evalpkg.sync import dbt
 from evalpkg.sync.runner import SyncReport
-from tests.dags.helpers import SyncDagRun, checkout_files, file_size
-from tests.sync.helpers import content_fingerprint
 
 
 @pytest.fixture(scope="package")
@@ -55,12 +52,3 @@ def dagbag(synced: SyncReport, generated: Settings, tmp_path_factory: pytest.Tem
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-@pytest.fixture(scope="package")
-def ehr_deid_sync_run(dagbag: Any, generated: Settings) -> SyncDagRun:
-    # One run for every test that checks it: each task runs for real, Cosmos' dozens of dbt tasks too.
-    log = dbt.log_dir(generated) / "dbt.log"
-    marts, checkout, log_size = content_fingerprint(generated), checkout_files(), file_size(log)
-    run = dagbag.get_dag("ehr_deid_sync").test()
-    return SyncDagRun(run, marts, content_fingerprint(generated), checkout, checkout_files(), log_size, file_size(log))

@@ -1,10 +1,8 @@
-"""What the DAG tests share: the checkout's files as dbt could change them, one ehr_deid_sync run."""
+"""What the DAG tests share: the checkout's files as dbt could change them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from evalpkg.settings import PROJECT_ROOT
 
@@ -21,16 +19,3 @@ def checkout_files() -> dict[str, tuple[int, int]]:
 
 def file_size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
-
-
-@dataclass
-class SyncDagRun:
-    """ehr_deid_sync run once with dag.test(), with what it could have changed, before and after."""
-
-    run: Any  # the DagRun
-    marts_before: dict[str, str]
-    marts_after: dict[str, str]
-    checkout_before: dict[str, tuple[int, int]]
-    checkout_after: dict[str, tuple[int, int]]
-    dbt_log_before: int  # bytes in evalpkg's dbt.log under the state directory
-    dbt_log_after: int

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from evalpkg.settings import PROJECT_ROOT, Settings
-from tests.dags.helpers import SyncDagRun
 
 DAGS = {"ehr_deid_sync", "agent_eval", "agent_eval_snapshot", "testset_refresh", "model_quantize"}
 
@@ -140,12 +139,10 @@ def test_agent_eval_runs_end_to_end_and_lands_in_mlflow(dagbag: Any, generated: 
         mlflow_server.stop(generated)
 
 
-def test_ehr_deid_sync_runs_dbt_as_tasks_then_gx(dagbag: Any, ehr_deid_sync_run: SyncDagRun) -> None:
-    dag = dagbag.get_dag("ehr_deid_sync")
-    dbt_tasks = [t for t in dag.task_ids if t.startswith("dbt.")]
-    assert any("t_lab_result" in t for t in dbt_tasks) and any(".test" in t or "test" in t for t in dbt_tasks)
-    assert str(ehr_deid_sync_run.run.state) == "success"
-    assert ehr_deid_sync_run.marts_after == ehr_deid_sync_run.marts_before  # a scheduled re-sync changes nothing
+def test_ehr_deid_sync_renders_dbt_models_and_their_tests_as_tasks(dagbag: Any) -> None:
+    # run end to end under the real scheduler in test_real_deployment.py
+    dbt_tasks = [t for t in dagbag.get_dag("ehr_deid_sync").task_ids if t.startswith("dbt.")]
+    assert any("t_lab_result" in t for t in dbt_tasks) and any(t.endswith(".test") for t in dbt_tasks)
 
 
 def test_testset_refresh_mines_last_month_into_the_review_queue(dagbag: Any, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from evalpkg.settings import PROJECT_ROOT, Settings
 from evalpkg.sync import dbt
-from tests.dags.helpers import SyncDagRun, checkout_files
+from tests.dags.helpers import checkout_files
 
 DBT_POOL = "dbt"
 UNIT_TESTS = {  # dbt_project/models/staging/_staging__models.yml
@@ -93,25 +93,6 @@ def test_evalpkg_dbt_keeps_partial_parsing_under_the_state_dir(tmp_path: Path) -
     assert "Starting full parse" in first
     assert "Starting full parse" not in second and "Partial parsing enabled" in second
     assert checkout_files() == before
-
-
-def test_dag_tasks_pass_the_unit_tests_and_write_nothing_into_the_checkout(
-    dagbag: Any, ehr_deid_sync_run: SyncDagRun
-) -> None:
-    """The evalpkg tasks (source freshness, unit tests) and the Cosmos run and test tasks, for real, in
-    the end-to-end run that test_dags.py checks too (conftest.py runs it once)."""
-    dag = dagbag.get_dag("ehr_deid_sync")
-    runs = {"source_freshness", "dbt.stg_his__patients.run", "dbt.stg_his__patients.test", "unit_tests"}
-    assert runs <= set(dag.task_ids)
-    run = ehr_deid_sync_run.run
-    assert str(run.state) == "success"
-    ran = {ti.task_id: ti for ti in run.get_task_instances() if ti.task_id in runs}
-    assert {t: str(ti.state) for t, ti in ran.items()} == dict.fromkeys(runs, "success")
-    assert set(ran["unit_tests"].xcom_pull(task_ids="unit_tests")) == UNIT_TESTS
-    # evalpkg's dbt logged under the state directory ...
-    assert ehr_deid_sync_run.dbt_log_after > ehr_deid_sync_run.dbt_log_before
-    # ... and neither it nor Cosmos wrote into the checkout
-    assert ehr_deid_sync_run.checkout_after == ehr_deid_sync_run.checkout_before
 
 
 pytestmark = pytest.mark.server  # Airflow, dbt or the CLI starting its own services: not in --quick

@@ -1,6 +1,7 @@
 """The DAGs under a real local Airflow deployment (scripts/airflow: api-server, scheduler,
 dag-processor, triggerer, LocalExecutor, metadata on the test cluster): runs triggered through the
-REST API succeed, agent_eval's shards are mapped onto the gpu pool and queue, and land in MLflow."""
+REST API succeed (ehr_deid_sync's end-to-end checks are here: its one full run in the suite),
+agent_eval's shards are mapped onto the gpu pool and queue, and land in MLflow."""
 
 from __future__ import annotations
 
@@ -17,8 +18,12 @@ import httpx
 import pytest
 
 from evalpkg.settings import PROJECT_ROOT, Settings
+from evalpkg.sync import dbt
 from evalpkg.sync.runner import SyncReport
 from tests.conftest import free_port
+from tests.dags.helpers import checkout_files, file_size
+from tests.dags.test_dbt_tasks import UNIT_TESTS
+from tests.sync.helpers import content_fingerprint
 
 SCRIPT = PROJECT_ROOT / "scripts" / "airflow"
 EVAL_CONF = {"limit": 3, "shards": 2, "languages": ["zh"], "complexities": ["plain"], "name": "real-test"}
@@ -117,11 +122,29 @@ def _run_dag(d: Deployment, dag_id: str, conf: dict[str, Any], timeout_s: float)
     return run
 
 
-def test_real_ehr_deid_sync_runs_under_the_scheduler(deployment: Deployment) -> None:
+def test_real_ehr_deid_sync_runs_under_the_scheduler(deployment: Deployment, generated: Settings) -> None:
+    """Every task for real (Cosmos' dozens of dbt tasks too), as the schedule runs it: the evalpkg tasks
+    (source freshness, the dbt unit tests Cosmos renders no task for) succeed, a re-sync of the same
+    production data changes no mart, evalpkg's dbt logs under the state directory, and neither it nor
+    Cosmos writes into the checkout."""
+    log = dbt.log_dir(generated) / "dbt.log"
+    marts, checkout, log_size = content_fingerprint(generated), checkout_files(), file_size(log)
     run = _run_dag(deployment, "ehr_deid_sync", {}, timeout_s=600)
-    task_ids = {ti["task_id"] for ti in run["task_instances"]}
-    assert {"prepare", "source_freshness", "validate", "publish"} <= task_ids
-    assert any(t.startswith("dbt.") for t in task_ids)
+
+    states = {ti["task_id"]: ti["state"] for ti in run["task_instances"]}
+    ours = {"prepare", "source_freshness", "unit_tests", "validate", "publish"}
+    cosmos = {"dbt.stg_his__patients.run", "dbt.stg_his__patients.test"}
+    assert {t: states.get(t) for t in ours | cosmos} == dict.fromkeys(ours | cosmos, "success")
+    assert sum(t.startswith("dbt.") for t in states) > 20
+    xcom = deployment.api.get(
+        f"/dags/ehr_deid_sync/dagRuns/{run['dag_run_id']}/taskInstances/unit_tests/xcomEntries/return_value",
+        params={"deserialize": True},
+    )
+    assert xcom.status_code == 200, xcom.text
+    assert set(xcom.json()["value"]) == UNIT_TESTS
+    assert content_fingerprint(generated) == marts  # a scheduled re-sync changes nothing
+    assert file_size(log) > log_size
+    assert checkout_files() == checkout
 
 
 def assert_scored_and_tracked(generated: Settings, name: str, *, instances: int, shards: int) -> None:
