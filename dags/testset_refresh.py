@@ -1,5 +1,7 @@
 """Airflow DAG testset_refresh (@monthly): mine last month's query tickets into the review queue,
-release what reviewers approved, validate the release (GX inside), update Asset testset."""
+release what reviewers approved (every wording approved, a measured second annotation) and what holds in
+every reference world, as `evalpkg testset release` does (a candidate that fails there is refused, its
+reason in the task log and the queue), validate the release (GX inside), update Asset testset."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def testset_refresh() -> None:
 
     @task
     def release(candidates: list[str]) -> str | None:
-        return orchestration.testset_release()  # only approved candidates; None if none yet
+        return orchestration.testset_release()  # only approved, checked candidates; None if none
 
     @task(outlets=[TESTSET])
     def validate(version: str | None) -> str:

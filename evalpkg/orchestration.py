@@ -188,10 +188,12 @@ def testset_refresh(month: str, auto_approve: bool = False) -> list[str]:
 
 
 def testset_release() -> str | None:
-    from evalpkg.testset.refresh import release_approved
+    """The approved candidates that are ready and hold in every reference world, released; each one held
+    back or refused is printed (the task log) with its reason and stays in the review queue."""
+    from evalpkg.testset.refresh import release_queue
 
-    rel = release_approved(get_settings())
-    return rel.version if rel else None
+    out = release_queue(get_settings(), progress=print)
+    return out.release.version if out.release else None
 
 
 def testset_validate(version: str | None = None) -> str:

@@ -29,9 +29,10 @@ from evalpkg.dburl import with_user
 from evalpkg.interrupts import held_interrupts
 from evalpkg.settings import AGENT_ROLE, EVAL_DB, PROD_DB, PROJECT_ROOT, SYNC_ROLE, Settings
 from evalpkg.sync.runner import SyncReport, run_sync
-from evalpkg.testset import release
-from evalpkg.testset.models import Task
+from evalpkg.testset import release, worlds
+from evalpkg.testset.models import Annotator, Task
 from evalpkg.testset.refresh import Candidate, Decision, load_queue
+from evalpkg.testset.review_queue import SecondAnnotation, Wording
 from tests.sync.helpers import content_fingerprint
 
 SYNC_PROGRESS = (
@@ -310,16 +311,37 @@ def tree(path: Path) -> dict[str, str]:
 
 
 def tasks_tree(root: Path, candidates: int) -> Path:
-    """A copy of the repository's releases with `candidates` approved tickets waiting in the queue."""
+    """A copy of the repository's releases with `candidates` approved tickets waiting in the queue, ready to
+    release (each wording approved, a second annotation that agrees: as recorded by review and annotate)."""
     root.mkdir()
     for version in release.versions(PROJECT_ROOT / "tasks"):
         shutil.copytree(PROJECT_ROOT / "tasks" / version, root / version)
     shutil.copy(PROJECT_ROOT / "tasks" / release.CHANGELOG, root / release.CHANGELOG)
     sample = release.load(root).tasks[0]
     yes = [Decision(decision="approve", reviewer="ana", role="clinician", at="2026-10-02T09:00:00+00:00")]
+    wordings = [
+        Wording(language=v.language, complexity=v.complexity, drafted_by="ticket", approved_by="clinician ana")
+        for v in sample.variants
+    ]
+    second = SecondAnnotation(
+        annotator=Annotator(role="analyst", id="zhao"),
+        sql=sample.gold_sql[0],
+        agreement=1.0,
+        detail="match",
+        snapshot_version="snap",
+        measured_at="2026-10-02T09:00:00+00:00",
+    )
     for ticket in range(20000, 20000 + candidates):
         task: Task = sample.model_copy(update={"id": f"st-ticket_{ticket}-001"})
-        cand = Candidate(month="2026-09", ticket_id=ticket, pattern=f"pattern {ticket}", task=task, decisions=yes)
+        cand = Candidate(
+            month="2026-09",
+            ticket_id=ticket,
+            pattern=f"pattern {ticket}",
+            task=task,
+            decisions=yes,
+            wordings=wordings,
+            second_annotation=second,
+        )
         path = root / "review" / "2026-09" / f"{task.id}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(cand.model_dump_json(indent=2) + "\n", encoding="utf-8")
@@ -329,6 +351,15 @@ def tasks_tree(root: Path, candidates: int) -> Path:
 @pytest.fixture
 def tasks(tmp_path: Path) -> Path:
     return tasks_tree(tmp_path / "tasks", CANDIDATES)
+
+
+@pytest.fixture
+def world_state(generated: Settings) -> Path:
+    """Where a release finds the reference worlds it checks candidates in: the session's, built once (so that
+    no release here builds one and says so)."""
+    for _ in worlds.each(generated):
+        pass
+    return generated.state_dir
 
 
 def released_in_full(tasks_dir: Path, version: str, base_count: int, candidates: int = CANDIDATES) -> None:
@@ -353,9 +384,14 @@ RELEASE_MOMENTS = [
 
 @pytest.mark.parametrize("delay_range", RELEASE_MOMENTS)
 def test_interrupted_release_is_all_or_nothing_and_the_next_run_releases(
-    delay_range: tuple[float, float], tasks: Path, generated: Settings, synced: SyncReport, tmp_path: Path
+    delay_range: tuple[float, float],
+    tasks: Path,
+    generated: Settings,
+    synced: SyncReport,
+    tmp_path: Path,
+    world_state: Path,
 ) -> None:
-    env = cli_env(generated, tmp_path, EVALPKG_TASKS_DIR=str(tasks))
+    env = cli_env(generated, world_state, EVALPKG_TASKS_DIR=str(tasks))
     base, version = release.load(tasks), release.next_version(tasks)
     before = tree(tasks)
     cmd = Command.start(["testset", "release"], env, tmp_path / "stdout.txt")
@@ -429,24 +465,24 @@ def test_release_killed_before_its_rename_leaves_nothing_after_recovery(tmp_path
 
 
 def test_release_killed_before_marking_the_queue_is_not_released_twice(
-    generated: Settings, synced: SyncReport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    generated: Settings, synced: SyncReport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, world_state: Path
 ) -> None:
-    from evalpkg.testset import refresh
+    from evalpkg.testset import refresh, refresh_release
 
     tasks_dir = tasks_tree(tmp_path / "tasks", 3)
     base, version = release.load(tasks_dir), release.next_version(tasks_dir)
-    settings = Settings(pg_url=generated.admin_url, state_dir=tmp_path, tasks_dir=tasks_dir)
+    settings = Settings(pg_url=generated.admin_url, state_dir=world_state, tasks_dir=tasks_dir)
 
     def killed(*_: Any) -> None:
         raise Killed
 
-    monkeypatch.setattr(refresh, "_save", killed)
+    monkeypatch.setattr(refresh_release, "save", killed)
     with pytest.raises(Killed):
         refresh.release_approved(settings)
     monkeypatch.undo()
     assert {c.released_in for _, c in load_queue_at(tasks_dir)} == {None}  # shipped, not marked
     cmd = Command.start(
-        ["testset", "release"], cli_env(generated, tmp_path, EVALPKG_TASKS_DIR=str(tasks_dir)), tmp_path / "out"
+        ["testset", "release"], cli_env(generated, world_state, EVALPKG_TASKS_DIR=str(tasks_dir)), tmp_path / "out"
     )
     assert cmd.finish() == (0, ["nothing approved to release"])
     released_in_full(tasks_dir, version, len(base.tasks), candidates=3)

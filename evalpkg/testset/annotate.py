@@ -101,9 +101,17 @@ def measure(
     settings: Settings, annotation: Annotation, version: str | None = None, *, progress: Progress = quiet
 ) -> AgreementFile:
     """Run the annotator's SQL for every task of the release next to its gold and compare."""
+    rel = release.load(settings.tasks_dir, version)
+    return measure_tasks(settings, annotation, rel.tasks, rel.version, progress=progress)
+
+
+def measure_tasks(
+    settings: Settings, annotation: Annotation, tasks: list[Task], version: str, *, progress: Progress = quiet
+) -> AgreementFile:
+    """Run the annotator's SQL for each of these tasks next to its gold and compare (`version`: what the
+    tasks are, a release or the review queue)."""
     from evalpkg.grading.execution import GoldCache
 
-    rel = release.load(settings.tasks_dir, version)
     with agent_connection(settings) as conn:
         snap = snapshot_version(conn)
         with conn.transaction():
@@ -112,16 +120,16 @@ def measure(
     results = []
     try:
         gold = GoldCache(executor)
-        for i, task in enumerate(rel.tasks, 1):
+        for i, task in enumerate(tasks, 1):
             sql = _sql_for(task, annotation, domain)
             results.append(_compare(task, sql, gold, executor))
             if i % 50 == 0:
-                progress(f"compared {i}/{len(rel.tasks)} tasks")
+                progress(f"compared {i}/{len(tasks)} tasks")
     finally:
         executor.close()
     return AgreementFile(
         annotator=annotation.annotator,
-        version=rel.version,
+        version=version,
         snapshot_version=snap,
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
         tasks=results,

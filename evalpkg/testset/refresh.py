@@ -1,62 +1,45 @@
-"""The monthly refresh: mine query tickets -> review queue -> reviewed release (seed 000 §5.4)."""
+"""The monthly refresh: mine query tickets -> review queue -> reviewed release (seed 000 §5.4).
+
+A mined ticket becomes a task with the parts of a curated one (ticket_task). Before it can be released a
+reviewer approves (or rewrites) each of its wordings, a second annotation is measured against its gold
+(annotate_queue, as for curated tasks: agreement is never typed in), a reviewer approves the task, and
+the release checks it in the reference worlds (refresh_checks): a candidate that fails is refused, with
+the world and the reason, and the rest are released."""
 
 from __future__ import annotations
 
 import re
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
-
-from evalpkg.errors import ConfigError, DataError
+from evalpkg.errors import ConfigError, DataError, UsageError
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint, guard
-from evalpkg.testset import release
-from evalpkg.testset.build import TYPE_PREFIX
-from evalpkg.testset.classify import classify, describe_en
-from evalpkg.testset.gold import GoldError, agent_connection, run_gold, snapshot_version
-from evalpkg.testset.models import (
-    Annotator,
-    AnswerPoint,
-    ArgConstraint,
-    Complexity,
-    ExpectedToolCall,
-    Language,
-    Provenance,
-    QuestionVariant,
-    Review,
-    Task,
-    Turn,
+from evalpkg.sql.executor import ReadOnlyExecutor
+from evalpkg.testset import release, ticket_task, traps
+from evalpkg.testset.annotate import Annotation, measure_tasks
+from evalpkg.testset.classify import classify
+from evalpkg.testset.gold import GoldError, agent_connection, run_gold
+from evalpkg.testset.models import Task
+from evalpkg.testset.refresh_release import recover_release, release_approved, release_queue
+from evalpkg.testset.review_queue import (
+    Candidate,
+    Decision,
+    Role,
+    SecondAnnotation,
+    Wording,
+    load_queue,
+    queue_dir,
+    save,
 )
+from evalpkg.testset.validate import gold_columns, gold_executor
 
+__all__ = ["Candidate", "Decision", "load_queue", "queue_dir", "recover_release", "release_approved", "release_queue"]
 MONTH_RE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
-FILLER = re.compile(r"^(麻烦|请|帮忙|想看下|想看一下|帮我)+|一下|麻烦")
-Role = Literal["clinician", "analyst", "dba", "generator"]
-
-
-class Decision(BaseModel):
-    decision: Literal["approve", "reject"]
-    reviewer: str
-    role: Role
-    at: str
-    note: str = ""
-
-
-class Candidate(BaseModel):
-    format_version: Literal[1] = 1
-    month: str
-    ticket_id: int
-    pattern: str
-    task: Task
-    decisions: list[Decision] = []
-    released_in: str | None = None
-
-    @property
-    def status(self) -> str:
-        return "pending" if not self.decisions else self.decisions[-1].decision + "d"
 
 
 @dataclass
@@ -65,10 +48,20 @@ class RefreshReport:
     tickets: int = 0
     added: list[str] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    drafted_by_model: int = 0
+    draft_failures: list[str] = field(default_factory=list)  # the model's, one line each
 
     def summary(self) -> str:
         drops = ", ".join(f"{n} {why}" for why, n in sorted(self.dropped.items())) or "none"
-        return f"refresh {self.month}: {self.tickets} tickets, {len(self.added)} new candidates; dropped: {drops}"
+        model = f"; wordings drafted by the model for {self.drafted_by_model}" if self.drafted_by_model else ""
+        failed = f" ({len(self.draft_failures)} drafts failed: {self.draft_failures[0]})" if self.draft_failures else ""
+        return (
+            f"refresh {self.month}: {self.tickets} tickets, {len(self.added)} new candidates{model}{failed}; "
+            f"dropped: {drops}"
+        )
+
+    def drop(self, why: str) -> None:
+        self.dropped[why] = self.dropped.get(why, 0) + 1
 
 
 def _month_bounds(month: str) -> tuple[date, date]:
@@ -77,77 +70,6 @@ def _month_bounds(month: str) -> tuple[date, date]:
         raise ConfigError(f"--month: {month!r} is not YYYY-MM")
     y, mo = int(m.group(1)), int(m.group(2))
     return date(y, mo, 1), date(y + (mo == 12), mo % 12 + 1, 1)
-
-
-def queue_dir(settings: Settings) -> Path:
-    return settings.tasks_dir / "review"
-
-
-def load_queue(settings: Settings) -> list[tuple[Path, Candidate]]:
-    out = []
-    for path in sorted(queue_dir(settings).glob("*/*.json")):
-        try:
-            out.append((path, Candidate.model_validate_json(release.read_text(path))))
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(map(str, err["loc"])) or "(file)"
-            raise DataError(f"{path}: field {loc}: {err['msg']}") from exc
-    return out
-
-
-def _save(path: Path, cand: Candidate) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(cand.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def _candidate_task(ticket_id: int, created: datetime, request: str, sql: str, rows: list[tuple[object, ...]]) -> Task:
-    kind, difficulty, tags = classify(sql)
-    tables = fingerprint.tables(sql)
-    plain_zh = FILLER.sub("", request).strip(" ，,。") or request
-    short_en, full_en = describe_en(sql)
-    time_cols = sorted(c for c in tags if c == "time_semantics")
-    technical_zh = f"{plain_zh}（口径：数据来自{'、'.join(tables)}{'，注意时间字段' if time_cols else ''}）"
-    variants = [
-        QuestionVariant(language=Language.zh, complexity=Complexity.colloquial, text=request),
-        QuestionVariant(language=Language.zh, complexity=Complexity.plain, text=plain_zh),
-        QuestionVariant(language=Language.zh, complexity=Complexity.technical, text=technical_zh),
-        QuestionVariant(language=Language.en, complexity=Complexity.colloquial, text=short_en),
-        QuestionVariant(language=Language.en, complexity=Complexity.plain, text=short_en.rstrip("?") + ", please."),
-        QuestionVariant(language=Language.en, complexity=Complexity.technical, text=full_en),
-    ]
-    single_value = len(rows) == 1 and len(rows[0]) == 1
-    return Task(
-        id=f"{TYPE_PREFIX[kind]}-ticket_{ticket_id}-001",
-        type=kind,
-        difficulty=difficulty,
-        variants=variants,
-        turns=[
-            Turn(
-                expected_tool_calls=[
-                    ExpectedToolCall(name="query_schema", required=False),
-                    ExpectedToolCall(
-                        name="execute_sql", args={"sql": ArgConstraint(contains_all=tables)}, after=["query_schema"]
-                    ),
-                ]
-            )
-        ],
-        gold_sql=[sql],
-        result={"order_matters": " order by " in sql.lower()},
-        answer_points=[AnswerPoint(kind="number", row=0, col=0)] if single_value else [],
-        tags=tags,
-        tables=tables,
-        provenance=Provenance(
-            source="ticket",
-            ticket_id=ticket_id,
-            params={"created_at": created.isoformat()},
-            generator_version="refresh-v1",
-        ),
-        review=Review(annotators=[Annotator(role="generator", id="refresh-v1")], agreement=1.0, status="pending"),
-        maintenance_notes=f"mined from query ticket #{ticket_id}; English variants are described from the SQL "
-        "and should be rewritten by the reviewer",
-    )
 
 
 def ticket_sql_accepted(sql: str) -> bool:
@@ -163,12 +85,25 @@ def covered_patterns(settings: Settings) -> set[str]:
     return patterns
 
 
-def refresh(settings: Settings, month: str, *, auto_approve: bool = False, progress: Progress = quiet) -> RefreshReport:
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def refresh(
+    settings: Settings,
+    month: str,
+    *,
+    drafter: ticket_task.ModelDrafter | None = None,
+    auto_approve: bool = False,
+    progress: Progress = quiet,
+) -> RefreshReport:
+    """Mine a month of done tickets into the queue; `drafter`: the model that drafts the wordings."""
     start, end = _month_bounds(month)
     report = RefreshReport(month)
     seen = covered_patterns(settings)
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    with agent_connection(settings) as conn:
+    executor = gold_executor(settings)
+    with agent_connection(settings) as conn, closing(executor):
+        meanings = ticket_task.dictionary(conn)
         with conn.transaction():
             tickets = conn.execute(
                 "select ticket_id, created_at, request_text, sql_text from ops.query_ticket "
@@ -178,37 +113,85 @@ def refresh(settings: Settings, month: str, *, auto_approve: bool = False, progr
         report.tickets = len(tickets)
         for ticket_id, created, request, sql in tickets:
             if not ticket_sql_accepted(sql):
-                report.dropped["not one read-only query"] = report.dropped.get("not one read-only query", 0) + 1
+                report.drop("not one read-only query")
                 continue
             pat = fingerprint.pattern(sql)
             if pat in seen:
-                report.dropped["already covered"] = report.dropped.get("already covered", 0) + 1
+                report.drop("already covered")
                 continue
             try:
                 rows = run_gold(conn, sql)
+                columns = gold_columns(conn, sql)
             except GoldError:
-                report.dropped["SQL fails on the snapshot"] = report.dropped.get("SQL fails on the snapshot", 0) + 1
+                report.drop("SQL fails on the snapshot")
                 continue
             if not rows:
-                report.dropped["no rows"] = report.dropped.get("no rows", 0) + 1
+                report.drop("no rows")
                 continue
-            task = _candidate_task(ticket_id, created, request, sql, rows)
-            cand = Candidate(month=month, ticket_id=ticket_id, pattern=pat, task=task)
-            if auto_approve:
+            cand = _candidate(report, drafter, month, ticket_id, created, request, sql, rows, columns, meanings)
+            cand = cand.model_copy(update={"pattern": pat, "task": biting_tags_only(cand.task, executor)})
+            if auto_approve:  # the task decision only: its wordings still need a reviewer
+                note = "synthetic ticket, approved by --auto-approve"
                 cand.decisions.append(
-                    Decision(
-                        decision="approve",
-                        reviewer="auto",
-                        role="generator",
-                        at=now,
-                        note="synthetic ticket, approved by --auto-approve",
-                    )
+                    Decision(decision="approve", reviewer="auto", role="generator", at=_now(), note=note)
                 )
-            _save(queue_dir(settings) / month / f"{task.id}.json", cand)
+            save(queue_dir(settings) / month / f"{cand.task.id}.json", cand)
             seen.add(pat)
-            report.added.append(task.id)
+            report.added.append(cand.task.id)
     progress(report.summary())
     return report
+
+
+def biting_tags_only(task: Task, executor: ReadOnlyExecutor) -> Task:
+    """The task without the trap tags the SQL's shape suggested but whose trap does not bite on the snapshot
+    (or has nothing to rewrite), each noted with the reason; the release checks the rest in every world."""
+    missed = [o for o in traps.measure([task], executor) if o.status != "bites"]
+    if not missed:
+        return task
+    notes = "; ".join(f"tag {o.tag} dropped: {o.status.replace('_', ' ')} on the snapshot ({o.detail})" for o in missed)
+    lost = {o.tag for o in missed}
+    return task.model_copy(
+        update={
+            "tags": [t for t in task.tags if t not in lost],
+            "maintenance_notes": f"{task.maintenance_notes}; {notes}",
+        }
+    )
+
+
+def _candidate(
+    report: RefreshReport,
+    drafter: ticket_task.ModelDrafter | None,
+    month: str,
+    ticket_id: int,
+    created: datetime,
+    request: str,
+    sql: str,
+    rows: list[tuple[Any, ...]],
+    columns: list[str],
+    meanings: ticket_task.Meanings,
+) -> Candidate:
+    _, _, tags = classify(sql)
+    declared = ticket_task.outputs(sql, columns, meanings)
+    drafts = ticket_task.rule_drafts(request, sql, fingerprint.tables(sql), "time_semantics" in tags)
+    if drafter is not None:
+        try:
+            for key, text in drafter.draft(request, sql, declared).items():
+                drafts[key] = (text, f"model {drafter.model}")
+            report.drafted_by_model += 1
+        except Exception as exc:  # an endpoint down or a reply that is not the wordings: the rule drafts stand
+            report.draft_failures.append(f"ticket #{ticket_id}: {type(exc).__name__}: {str(exc)[:120]}")
+    task = ticket_task.candidate_task(ticket_id, created, sql, drafts, declared, rows)
+    wordings = [Wording(language=lang, complexity=level, drafted_by=by) for (lang, level), (_, by) in drafts.items()]
+    return Candidate(month=month, ticket_id=ticket_id, pattern="", task=task, wordings=wordings)
+
+
+def _queued(settings: Settings, ids: list[str]) -> dict[str, tuple[Path, Candidate]]:
+    queue = {c.task.id: (p, c) for p, c in load_queue(settings)}
+    if unknown := [i for i in ids if i not in queue]:
+        raise ConfigError(f"not in the review queue: {', '.join(unknown)}")
+    if released := [f"{i} (in {queue[i][1].released_in})" for i in ids if queue[i][1].released_in]:
+        raise DataError(f"already released, decisions are final: {', '.join(released)}")
+    return queue
 
 
 def review(
@@ -219,61 +202,62 @@ def review(
     role: Role,
     note: str = "",
 ) -> int:
-    queue = {c.task.id: (p, c) for p, c in load_queue(settings)}
-    unknown = [i for i in ids if i not in queue]
-    if unknown:
-        raise ConfigError(f"not in the review queue: {', '.join(unknown)}")
-    if released := [f"{i} (in {queue[i][1].released_in})" for i in ids if queue[i][1].released_in]:
-        raise DataError(f"already released, decisions are final: {', '.join(released)}")
-    now = datetime.now(UTC).isoformat(timespec="seconds")
+    queue = _queued(settings, ids)
     for tid in ids:
         path, cand = queue[tid]
-        cand.decisions.append(Decision(decision=decision, reviewer=reviewer, role=role, at=now, note=note))
-        _save(path, cand)
+        cand.decisions.append(Decision(decision=decision, reviewer=reviewer, role=role, at=_now(), note=note))
+        save(path, cand)
     return len(ids)
 
 
-def recover_release(settings: Settings) -> None:
-    """Finish or undo what an interrupted release left (release.recover), and mark the candidates a
-    release killed outright after its rename had shipped, so that they are not released twice."""
-    release.recover(settings.tasks_dir)
-    waiting = [(p, c) for p, c in load_queue(settings) if c.status == "approved" and not c.released_in]
-    shipped = release.first_released_in(settings.tasks_dir) if waiting else {}
-    for path, cand in waiting:
-        if cand.task.id in shipped:
-            _save(path, cand.model_copy(update={"released_in": shipped[cand.task.id]}))
+def review_wording(
+    settings: Settings, task_id: str, key: str, reviewer: str, role: Role, text: str | None = None
+) -> Wording:
+    """Approve one wording (`key`: language/complexity) as drafted, or with `text`, the reviewer's own."""
+    path, cand = _queued(settings, [task_id])[task_id]
+    wording = cand.wording(key)
+    if wording is None:
+        raise UsageError(f"--wording: {key!r} is not one of {', '.join(w.key for w in cand.wordings) or 'none'}")
+    if text is None and wording.drafted_by == ticket_task.DRAFTED_BY_SQL:
+        raise UsageError(f"--wording {key}: drafted from the SQL, not worded; approve it with --text 'the question'")
+    if text is not None and len(text.strip()) < 4:
+        raise UsageError(f"--text: {text!r} is too short for a question")
+    final = text.strip() if text is not None else cand.task.question(wording.language, wording.complexity)
+    same = [f"{v.language.value}/{v.complexity.value}" for v in cand.task.variants if v.text == final]
+    done = {w.key for w in cand.wordings if w.approved_by}
+    if twin := [k for k in same if k != key and k in done and k.startswith(f"{wording.language.value}/")]:
+        why = "each complexity needs its own wording (--text)"
+        raise UsageError(f"--wording {key}: the same text as {twin[0]}, approved already; {why}")
+    variants = [
+        v.model_copy(update={"text": text.strip()})
+        if text is not None and (v.language, v.complexity) == (wording.language, wording.complexity)
+        else v
+        for v in cand.task.variants
+    ]
+    approved = wording.model_copy(update={"approved_by": f"{role} {reviewer}", "edited": text is not None})
+    wordings = [approved if w.key == key else w for w in cand.wordings]
+    task = cand.task.model_copy(update={"variants": variants})
+    save(path, cand.model_copy(update={"task": task, "wordings": wordings}))
+    return approved
 
 
-def release_approved(settings: Settings) -> release.Release | None:
-    """The next version: the latest release plus every approved, unreleased candidate (after recovering
-    from an interrupted release, for the CLI and the DAG alike)."""
-    recover_release(settings)
-    approved = [(p, c) for p, c in load_queue(settings) if c.status == "approved" and not c.released_in]
-    if not approved:
-        return None
-    tasks_dir = settings.tasks_dir
-    base = release.load(tasks_dir)
-    version = release.next_version(tasks_dir)
-    new_tasks = []
-    changes = release.ChangeSet()
-    for _, cand in approved:
-        d = cand.decisions[-1]
-        reviewed = cand.task.model_copy(
-            update={
-                "review": Review(
-                    annotators=[*cand.task.review.annotators, Annotator(role=d.role, id=d.reviewer)],
-                    agreement=1.0,
-                    status="approved",
-                )
-            }
+def annotate_queue(settings: Settings, annotation: Annotation, *, progress: Progress = quiet) -> list[Candidate]:
+    """Measure a second annotation (its `tasks` entries) against the gold of each unreleased candidate it
+    covers, as `testset annotate` does for a release, and record it on the candidate."""
+    queue = [(p, c) for p, c in load_queue(settings) if not c.released_in and c.task.id in annotation.tasks]
+    if not queue:
+        raise UsageError("the annotation covers no unreleased candidate of the review queue (its `tasks` keys)")
+    measured = measure_tasks(settings, annotation, [c.task for _, c in queue], "review queue", progress=progress)
+    out = []
+    for (path, cand), result in zip(queue, measured.tasks, strict=True):
+        second = SecondAnnotation(
+            annotator=annotation.annotator,
+            sql=annotation.tasks[cand.task.id].sql,
+            agreement=result.agreement,
+            detail=result.detail,
+            snapshot_version=measured.snapshot_version,
+            measured_at=measured.measured_at,
         )
-        new_tasks.append(reviewed)
-        changes.added[cand.task.id] = (
-            f"from query ticket #{cand.ticket_id} ({cand.month}), approved by {d.role} {d.reviewer}"
-        )
-    with agent_connection(settings) as conn:
-        snap = snapshot_version(conn)
-    rel = release.write(tasks_dir, version, [*base.tasks, *new_tasks], snap, changes)
-    for path, cand in approved:
-        _save(path, cand.model_copy(update={"released_in": version}))
-    return rel
+        out.append(cand.model_copy(update={"second_annotation": second}))
+        save(path, out[-1])
+    return out

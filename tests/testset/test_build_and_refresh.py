@@ -13,8 +13,9 @@ from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release
 from evalpkg.testset.build import build_release
 from evalpkg.testset.models import Difficulty, TaskType
-from evalpkg.testset.refresh import load_queue, refresh, release_approved, review
+from evalpkg.testset.refresh import load_queue, refresh, release_approved, release_queue, review
 from evalpkg.testset.validate import validate
+from tests.testset.test_refresh_quality import make_ready
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,11 @@ def test_refresh_review_release_cycle(ts: Settings) -> None:
     review(ts, approved, "approve", "dr_wang", "clinician")
     if rejected:
         review(ts, rejected, "reject", "dba_li", "dba", note="duplicates an existing task")
-    v2 = release_approved(ts)
+    held = release_queue(ts, reference=())  # approved, but no wording approved and no second annotation
+    assert held.release is None and set(held.held) == set(approved)
+    assert all("wordings no reviewer approved" in why for why in held.held.values())
+    make_ready(ts, approved)  # the reference-world checks: test_refresh_quality
+    v2 = release_approved(ts, reference=())
     assert v2 is not None and v2.version == "v2"
     assert set(release.changelog_entry(ts.tasks_dir, "v2").added) == set(approved)
     v1 = release.load(ts.tasks_dir, "v1")
@@ -71,7 +76,7 @@ def test_refresh_review_release_cycle(ts: Settings) -> None:
     assert added.review.status == "approved" and added.review.annotators[-1].role == "clinician"
     assert validate(ts, "v2").problems == []
 
-    assert release_approved(ts) is None  # nothing new approved
+    assert release_approved(ts, reference=()) is None  # nothing new approved
     assert refresh(ts, month).added == []
     assert release.versions(ts.tasks_dir) == ["v1", "v2"]
 

@@ -1,0 +1,75 @@
+"""The reference-world checks a release from the review queue must pass, per candidate task: the same as
+`testset validate --reference-worlds` holds a release to (the gold runs and answers, its order and
+answer points are decided by the data, its outputs are the gold's columns, every tagged trap bites,
+every premise holds), in each world, each failure named with the world it failed in."""
+
+from __future__ import annotations
+
+import json
+
+from evalpkg.progress import Progress, quiet
+from evalpkg.settings import Settings
+from evalpkg.testset import determinism, premises, traps, worlds
+from evalpkg.testset.gold import GoldError, agent_connection, run_gold
+from evalpkg.testset.models import Task
+from evalpkg.testset.validate import gold_columns, gold_executor, output_problems
+
+
+def candidate_problems(
+    settings: Settings,
+    tasks: list[Task],
+    reference: tuple[worlds.World, ...] = worlds.WORLDS,
+    *,
+    progress: Progress = quiet,
+) -> dict[str, list[str]]:
+    """Task id -> why it cannot be released (empty: it holds in every world)."""
+    # Candidates alike in all the checks read (a ticket asked again under another number) are checked once.
+    first: dict[str, Task] = {}
+    for t in tasks:
+        first.setdefault(_checked(t), t)
+    found = _problems(settings, list(first.values()), reference, progress)
+    return {t.id: found[first[_checked(t)].id] for t in tasks}
+
+
+# What the checks read of a task: the rest (id, wording texts, review) cannot change their outcome.
+CHECKED_FIELDS = {"type", "gold_sql", "outputs", "result", "answer_points", "tags", "premise", "maintenance_notes"}
+
+
+def _checked(task: Task) -> str:
+    asks = json.dumps([v.asks for v in task.variants])
+    return f"{task.model_dump_json(include=CHECKED_FIELDS)} {task.provenance.template_id} {asks}"
+
+
+def _problems(
+    settings: Settings, tasks: list[Task], reference: tuple[worlds.World, ...], progress: Progress
+) -> dict[str, list[str]]:
+    problems: dict[str, list[str]] = {t.id: [] for t in tasks}
+    if not tasks:
+        return problems
+    for world, scratch in worlds.each(settings, reference, progress=progress):
+        where = f"in the reference world {world.label()}"
+        with agent_connection(scratch) as conn:
+            for task in tasks:
+                for sql in task.gold_sql:
+                    try:
+                        rows = run_gold(conn, sql)
+                        ordering, points = determinism.check(task, sql, rows, lambda probe: run_gold(conn, probe))
+                        found = [*ordering, *points, *output_problems(task, [gold_columns(conn, sql)])]
+                    except GoldError as exc:
+                        found = [f"the gold SQL fails: {exc}"]
+                        rows = [()]
+                    if not rows and not task.result.empty_expected:
+                        found.append("the gold SQL returns no rows")
+                    problems[task.id] += [f"{p.removeprefix(task.id + ': ')} {where}" for p in found]
+        executor = gold_executor(scratch)
+        try:
+            for outcome in traps.measure(tasks, executor):
+                if outcome.status != "bites":
+                    problems[outcome.task_id].append(
+                        f"trap {outcome.tag} {outcome.status.replace('_', ' ')} {where}: {outcome.detail}"
+                    )
+            for finding in premises.check(tasks, executor.run):
+                problems[finding.task_id].append(f"premise {finding.check} fails {where}: {finding.detail}")
+        finally:
+            executor.close()
+    return problems

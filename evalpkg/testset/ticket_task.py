@@ -1,0 +1,209 @@
+"""A query ticket made into a task with the parts a curated one has: declared outputs (the gold's result
+columns, with their meanings from the data dictionary), answer points (every number of the gold
+result, a monthly series included), tags, and a wording in each language and complexity drafted for a
+reviewer to approve or edit (refresh.Wording says who drafted and who approved each).
+
+Drafts: the ticket's own request is the zh colloquial wording; with a model endpoint the other five are
+drafted by the model from the request, the SQL and the outputs; without one the zh ones come from the
+request and the en ones are only a description of the SQL, which a reviewer must reword before they can
+be approved. Agreement is never set here: it is measured from a second annotation (refresh.annotate)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import sqlglot
+from sqlglot import exp
+
+from evalpkg.sql import fingerprint
+from evalpkg.testset.build import TYPE_PREFIX
+from evalpkg.testset.classify import AGG_EN, classify, describe_en
+from evalpkg.testset.models import (
+    OUTPUTS_FORMAT,
+    Annotator,
+    AnswerPoint,
+    ArgConstraint,
+    Complexity,
+    ExpectedToolCall,
+    Language,
+    Output,
+    Provenance,
+    QuestionVariant,
+    Review,
+    Task,
+    Turn,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from evalpkg.agent.model_client import ModelClient
+
+GENERATOR = "refresh-v2"
+FILLER = re.compile(r"^(麻烦|请|帮忙|想看下|想看一下|帮我)+|一下|麻烦")
+AGG_ZH = {"count": "数量", "avg": "平均值", "sum": "合计", "max": "最大值", "min": "最小值"}
+MAX_POINTS = 24  # answer points per task: a two-year monthly series at most
+Key = tuple[Language, Complexity]
+Meanings = dict[str, tuple[str, str]]  # column -> (zh, en), from meta.data_dictionary
+DRAFTED_BY_SQL = "sql"  # a description of the SQL, not a wording: a reviewer must reword it
+
+
+def dictionary(conn: psycopg.Connection) -> Meanings:
+    with conn.transaction():
+        rows = conn.execute("select column_name, meaning, meaning_en from meta.data_dictionary").fetchall()
+    return {str(c).lower(): (str(zh), str(en)) for c, zh, en in rows if zh and en}
+
+
+def _meaning(node: exp.Expr, meanings: Meanings) -> tuple[str, str]:
+    """What one select expression computes, in zh and en."""
+    agg = node.find(exp.AggFunc)
+    trunc = node.find(exp.DateTrunc, exp.TimestampTrunc)
+    column = node.find(exp.Column)
+    zh, en = meanings.get(column.name.lower(), (column.name, column.name)) if column else ("行", "rows")
+    if agg is not None:
+        distinct = agg.find(exp.Distinct) is not None
+        if agg.key == "count" and column is None:
+            return "记录数", "number of rows"
+        word_en = AGG_EN.get(agg.key, agg.key)
+        return (
+            f"{zh}{'（去重）' if distinct else ''}的{AGG_ZH.get(agg.key, agg.key)}",
+            f"{word_en}{' distinct' if distinct else ''} {en}",
+        )
+    if trunc is not None:
+        unit = (trunc.args.get("unit") or exp.var("month")).name.lower().strip("'")
+        return f"{ {'month': '月份', 'year': '年份', 'quarter': '季度', 'week': '周'}.get(unit, unit) }（按{zh}）", (
+            f"{unit} (of {en})"
+        )
+    return zh, en
+
+
+def outputs(sql: str, columns: list[str], meanings: Meanings) -> list[Output]:
+    """One output per gold result column, named after it and meaning what its expression computes."""
+    select = sqlglot.parse_one(sql, dialect="postgres").find(exp.Select)
+    expressions = list(select.expressions) if select is not None else []
+    if len(expressions) != len(columns) or any(isinstance(e, exp.Star) for e in expressions):
+        return []  # select *: the columns are the table's; no outputs declared, every column graded
+    out, names = [], set()
+    for column, node in zip(columns, expressions, strict=True):
+        name = re.sub(r"[^a-z0-9_]+", "_", column.lower()).strip("_") or "value"
+        name = name if name[0].isalpha() else f"c_{name}"
+        while name in names:
+            name += "_2"
+        names.add(name)
+        zh, en = _meaning(node, meanings)
+        out.append(Output(name=name, meaning={Language.zh: zh, Language.en: en}, column=column))
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
+
+
+def answer_points(rows: list[tuple[Any, ...]]) -> list[AnswerPoint]:
+    """Every numeric cell of the gold, row by row (a monthly series: each month's number), up to MAX_POINTS."""
+    cells = [(r, c) for r, row in enumerate(rows) for c, v in enumerate(row) if _is_number(v)]
+    return [AnswerPoint(kind="number", row=r, col=c) for r, c in cells[:MAX_POINTS]]
+
+
+def rule_drafts(request: str, sql: str, tables: list[str], time_semantics: bool) -> dict[Key, tuple[str, str]]:
+    """(text, drafted_by) for every wording, without a model: zh from the ticket, en described from the SQL."""
+    plain_zh = FILLER.sub("", request).strip(" ，,。") or request
+    caveat = "，注意时间字段的口径" if time_semantics else ""
+    short_en, full_en = describe_en(sql)
+    return {
+        (Language.zh, Complexity.colloquial): (request, "ticket"),
+        (Language.zh, Complexity.plain): (plain_zh, "ticket"),
+        (Language.zh, Complexity.technical): (f"{plain_zh}（数据来自{'、'.join(tables)}{caveat}）", "ticket"),
+        (Language.en, Complexity.colloquial): (short_en, DRAFTED_BY_SQL),
+        (Language.en, Complexity.plain): (short_en, DRAFTED_BY_SQL),
+        (Language.en, Complexity.technical): (full_en, DRAFTED_BY_SQL),
+    }
+
+
+DRAFT_PROMPT = (
+    "A clinician sent this request to the hospital IT department, which answered it with the SQL below. "
+    "Write the same question as clinicians would ask it, without SQL, table or column names: zh plain and "
+    "technical (technical states every definition: which date column, which codes), en colloquial, plain "
+    "and technical. The question must ask for exactly these outputs: {outputs}.\n"
+    "Request: {request}\nSQL: {sql}\n"
+    'Answer with JSON only: {{"zh": {{"plain": "...", "technical": "..."}}, '
+    '"en": {{"colloquial": "...", "plain": "...", "technical": "..."}}}}'
+)
+
+
+@dataclass
+class ModelDrafter:
+    """Drafts wordings through an OpenAI-compatible endpoint (the run's model)."""
+
+    client: ModelClient
+    model: str
+
+    def draft(self, request: str, sql: str, declared: list[Output]) -> dict[Key, str]:
+        """The five wordings besides the ticket's own; raises ValueError when the reply is not them."""
+        described = "; ".join(f"{o.name} ({o.meaning[Language.en]})" for o in declared) or "the query's result"
+        prompt = DRAFT_PROMPT.format(outputs=described, request=request, sql=sql)
+        response = self.client.chat(
+            [], model=self.model, temperature=0.0, messages=[{"role": "user", "content": prompt}]
+        )
+        text = (response.choices[0].message.content or "").strip()
+        body = json.loads(text[text.find("{") : text.rfind("}") + 1])
+        out: dict[Key, str] = {}
+        for lang, levels in (("zh", ("plain", "technical")), ("en", ("colloquial", "plain", "technical"))):
+            for level in levels:
+                value = body.get(lang, {}).get(level)
+                if not isinstance(value, str) or len(value.strip()) < 4:
+                    raise ValueError(f"the model's reply has no {lang}/{level} wording")
+                out[(Language(lang), Complexity(level))] = value.strip()
+        return out
+
+
+def candidate_task(
+    ticket_id: int,
+    created: datetime,
+    sql: str,
+    drafts: dict[Key, tuple[str, str]],
+    declared: list[Output],
+    rows: list[tuple[Any, ...]],
+) -> Task:
+    kind, difficulty, tags = classify(sql)
+    tables = fingerprint.tables(sql)
+    variants = [
+        QuestionVariant(language=lang, complexity=level, text=text) for (lang, level), (text, _) in drafts.items()
+    ]
+    return Task(
+        format_version=OUTPUTS_FORMAT,
+        id=f"{TYPE_PREFIX[kind]}-ticket_{ticket_id}-001",
+        type=kind,
+        difficulty=difficulty,
+        variants=variants,
+        turns=[
+            Turn(
+                expected_tool_calls=[
+                    ExpectedToolCall(name="query_schema", required=False),
+                    ExpectedToolCall(
+                        name="execute_sql", args={"sql": ArgConstraint(contains_all=tables)}, after=["query_schema"]
+                    ),
+                ]
+            )
+        ],
+        gold_sql=[sql],
+        outputs=declared,
+        result={"order_matters": " order by " in sql.lower()},
+        answer_points=answer_points(rows),
+        tags=tags,
+        tables=tables,
+        provenance=Provenance(
+            source="ticket",
+            ticket_id=ticket_id,
+            params={"created_at": created.isoformat()},
+            generator_version=GENERATOR,
+        ),
+        # pending, agreement not measured yet: a second annotation sets it (refresh.annotate)
+        review=Review(annotators=[Annotator(role="generator", id=GENERATOR)], agreement=0.0, status="pending"),
+        maintenance_notes=f"mined from query ticket #{ticket_id}",
+    )
