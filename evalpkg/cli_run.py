@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Annotated
@@ -164,6 +165,12 @@ def register(app: typer.Typer) -> None:
             f"accuracy {o['accuracy']:.1%} (95% CI {o['accuracy_ci_low']:.1%}-{o['accuracy_ci_high']:.1%}) over "
             f"{o['instances']} instances{semantic}; {len(result['clusters'])} error clusters"
         )
+        if "dialogue_accuracy" in o:  # follow-up dialogues: each turn on its own, and the dialogue whole
+            turns = ", ".join(f"turn {k[5:-9]} {v:.1%}" for k, v in o.items() if re.fullmatch(r"turn_\d+_accuracy", k))
+            _log(
+                f"follow-up dialogues: {int(o['dialogues'])}; dialogue accuracy {o['dialogue_accuracy']:.1%}, "
+                f"turn accuracy {o['turn_accuracy']:.1%} ({turns})"
+            )
         if result["mlflow_run_id"]:
             _log(f"MLflow run {result['mlflow_run_id']} at {get_settings().tracking_uri}")
         typer.echo(f"report: {result['report']}")

@@ -11,6 +11,7 @@ from evalpkg.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from evalpkg.agent.plan.gold import GoldPlanCheck
+    from evalpkg.testset.models import Task
 
 app = typer.Typer(no_args_is_help=True, help="The benchmark test set (tasks/<version>/).")
 
@@ -87,6 +88,7 @@ def stats(version: Annotated[str | None, typer.Argument()] = None) -> None:
         typer.echo(f"{t.value:<16}" + "".join(f"{n:>8}" for n in row) + f"{sum(row):>8}")
     for name in ("tag", "language", "variants_per_task", "source"):
         typer.echo(f"{name}: " + ", ".join(f"{k}={v}" for k, v in sorted(s[name].items())))
+    _shapes(rel.tasks)
     snapshot, outcomes, findings = discrimination(get_settings(), rel.tasks)
     typer.echo(f"trap bite rate on snapshot {snapshot} (bitten/applicable; tasks tagged):")
     for tag, rate in traps.rates(outcomes).items():
@@ -107,6 +109,33 @@ def stats(version: Annotated[str | None, typer.Argument()] = None) -> None:
         typer.echo(f"review: no task annotated twice ({len(reviews)} with the generator's record only)")
     _remeasured_agreement()
     _plan_coverage(_gold_plans(get_settings(), rel.version))
+
+
+def _shapes(tasks: list[Task]) -> None:
+    """How many question shapes the release has: templates per type x difficulty, tasks per template,
+    and the tasks with follow-up turns graded on their own."""
+    from collections import Counter
+
+    from evalpkg.testset.models import Difficulty, TaskType
+
+    per_template = Counter(t.provenance.template_id for t in tasks if t.provenance.template_id)
+    cell_of = {t.provenance.template_id: (t.type, t.difficulty) for t in tasks if t.provenance.template_id}
+    cells = Counter(cell_of.values())
+    typer.echo(f"templates: {len(per_template)}, per type x difficulty (least {min(cells.values(), default=0)}):")
+    for kind in TaskType:
+        row = [cells[(kind, d)] for d in Difficulty]
+        typer.echo(f"  {kind.value:<16}" + "".join(f"{n:>8}" for n in row) + f"{sum(row):>8}")
+    if per_template:
+        most = per_template.most_common(1)[0]
+        typer.echo(
+            f"tasks per template: mean {sum(per_template.values()) / len(per_template):.1f}, most {most[1]} "
+            f"({most[0]}); ticket tasks {sum(t.provenance.source == 'ticket' for t in tasks)}"
+        )
+    followups = Counter(t.type.value for t in tasks if len(t.graded_turns()) > 1)
+    typer.echo(
+        f"follow-up tasks (a later turn graded on its own): {sum(followups.values())}"
+        + "".join(f", {k}={v}" for k, v in sorted(followups.items()))
+    )
 
 
 def _gold_plans(settings: Settings, version: str | None) -> list[GoldPlanCheck]:
@@ -176,6 +205,36 @@ def worlds(
         typer.echo(f"{world.label():<36} {state:<10} {reference.home(settings, world)}")
 
 
+@app.command("try-templates")
+def try_templates(
+    file: Annotated[str, typer.Argument(help="a template file (same format as templates_v1.json)")],
+    reference_worlds: Annotated[
+        bool, typer.Option(help="also hold the made tasks to a release's claims in each reference world")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="parameter sampling seed, as for build")] = 1,
+) -> None:
+    """Check one template file end to end without cutting a release: fill each template on the README world
+    as build does, compile each gold plan, and with --reference-worlds check trap bites and premises in each
+    world. Exits 1 on any problem."""
+    from pathlib import Path
+
+    from evalpkg.testset import worlds as reference
+    from evalpkg.testset.try_templates import try_templates as run
+
+    tried = run(
+        get_settings(), Path(file), reference=reference.WORLDS if reference_worlds else (), seed=seed, progress=_log
+    )
+    for one in tried:
+        typer.echo(one.summary())
+        for problem in one.problems:
+            typer.echo(f"  {problem.line()}")
+    bad = sum(len(one.problems) for one in tried)
+    made = sum(len(one.tasks) for one in tried)
+    _log(f"{len(tried)} template(s), {made}/{sum(o.template.count for o in tried)} tasks made, {bad} problem(s)")
+    if bad:
+        raise typer.Exit(1)
+
+
 @app.command("audit-scorer")
 def audit_scorer(
     version: Annotated[str | None, typer.Argument(help="e.g. v6; default: latest")] = None,
@@ -235,27 +294,52 @@ def migrate(
 
 
 @app.command()
-def reselect(source: Annotated[str, typer.Option("--from", help="the latest release, e.g. v3")]) -> None:
+def reselect(
+    source: Annotated[str, typer.Option("--from", help="the latest release, e.g. v3")],
+    per_template: Annotated[
+        int | None, typer.Option(min=1, help="at most this many tasks per template (more shapes, fewer copies)")
+    ] = None,
+) -> None:
     """Next release = SOURCE with every trap biting and every premise holding in the reference worlds
-    (built in a scratch cluster; takes minutes): failing tasks get other parameters, tags or are dropped."""
+    (built in a scratch cluster; takes minutes): failing tasks get other parameters, tags or are dropped;
+    templates added for the next release join with their tasks."""
     from evalpkg.testset.reselect import reselect as run
 
-    rel, plan = run(get_settings(), source, progress=_log)
+    rel, plan = run(get_settings(), source, per_template=per_template, progress=_log)
     _log(f"released {rel.version}: {plan.summary()}")
 
 
 @app.command()
 def refresh(
     month: Annotated[str, typer.Option(help="YYYY-MM of the tickets to mine")],
-    auto_approve: Annotated[bool, typer.Option(help="approve synthetic tickets without review")] = False,
+    auto_approve: Annotated[
+        bool, typer.Option(help="approve synthetic tickets' tasks without review (their wordings still need one)")
+    ] = False,
+    endpoint: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible base URL of the model that drafts the wordings")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="the drafting model's name (with --endpoint)")] = None,
 ) -> None:
-    """Mine a month of query tickets into the review queue (idempotent)."""
+    """Mine a month of query tickets into the review queue (idempotent): each a task with outputs, answer
+    points and tags, its wordings drafted (by the model at --endpoint, else from the ticket) for review."""
     from evalpkg.testset.refresh import MONTH_RE
     from evalpkg.testset.refresh import refresh as run
 
     if not MONTH_RE.match(month):
         raise UsageError(f"--month: must be YYYY-MM (month 01..12), got {month!r}")
-    run(get_settings(), month, auto_approve=auto_approve, progress=_log)
+    if (endpoint is None) != (model is None):
+        raise UsageError("--endpoint and --model: give both (the drafting model) or neither")
+    drafter = None
+    if endpoint is not None and model is not None:
+        from evalpkg.agent.model_client import ModelClient
+        from evalpkg.testset.ticket_task import ModelDrafter
+
+        drafter = ModelDrafter(ModelClient(endpoint, max_retries=1), model)
+    try:
+        run(get_settings(), month, drafter=drafter, auto_approve=auto_approve, progress=_log)
+    finally:
+        if drafter is not None:
+            drafter.client.close()
 
 
 @app.command()
@@ -272,10 +356,16 @@ def review(
         str | None, typer.Option(help="gold_upheld, gold_fixed, alternative_added, reworded or dropped")
     ] = None,
     sql: Annotated[str | None, typer.Option(help="the new gold (gold_fixed) or the added one")] = None,
+    show: Annotated[bool, typer.Option(help="show the candidates named: outputs, answer points, wordings")] = False,
+    wording: Annotated[
+        str | None, typer.Option(help="approve this wording of the one candidate named (e.g. en/plain)")
+    ] = None,
+    text: Annotated[str | None, typer.Option(help="with --wording: the reviewer's own text, approved")] = None,
 ) -> None:
-    """Record approve/reject decisions (with reviewer and role), or list the queue; with --arbitrate, the
-    outcome for a task the two annotators disagreed on."""
-    from evalpkg.testset.refresh import load_queue
+    """Record approve/reject decisions (with reviewer and role), or list the queue; --show a candidate,
+    --wording to approve (or with --text rewrite) one of its wordings; with --arbitrate, the outcome for a
+    task the two annotators disagreed on."""
+    from evalpkg.testset.refresh import load_queue, review_wording
     from evalpkg.testset.refresh import review as record
 
     settings = get_settings()
@@ -284,15 +374,52 @@ def review(
         return
     if not ids:
         for _, c in load_queue(settings):
-            typer.echo(f"{c.status:<9} {c.task.id:<32} {c.month}  {c.task.variants[0].text}")
+            wordings = f"{len(c.task.variants) - len(c.unapproved())}/{len(c.task.variants)} wordings"
+            typer.echo(f"{c.status:<9} {c.task.id:<32} {c.month}  {wordings:<13} {c.task.variants[0].text}")
+        return
+    if show:
+        _show_candidates(settings, ids)
         return
     if not reviewer:
         raise UsageError("--reviewer: required to record a decision")
     if role not in ("clinician", "analyst", "dba"):
         raise UsageError(f"--role: must be clinician, analyst or dba, got {role!r}")
+    if wording is not None:
+        if len(ids) != 1:
+            raise UsageError("--wording: name exactly one candidate")
+        done = review_wording(settings, ids[0], wording, reviewer, role, text)  # type: ignore[arg-type]
+        _log(f"{ids[0]} {done.key}: {'rewritten and ' if done.edited else ''}approved by {done.approved_by}")
+        return
     decision: Literal["approve", "reject"] = "approve" if approve else "reject"
     n = record(settings, ids, decision, reviewer, role, note)  # type: ignore[arg-type]
     _log(f"recorded {decision} for {n} candidate(s)")
+
+
+def _show_candidates(settings: Settings, ids: list[str]) -> None:
+    from evalpkg.testset.models import Language
+    from evalpkg.testset.refresh import load_queue
+
+    queue = {c.task.id: c for _, c in load_queue(settings)}
+    if unknown := [i for i in ids if i not in queue]:
+        raise UsageError(f"not in the review queue: {', '.join(unknown)}")
+    for c in (queue[i] for i in ids):
+        t = c.task
+        typer.echo(f"{t.id} ({c.status}; ticket #{c.ticket_id}, {c.month}): {t.type.value}, {t.difficulty.value}")
+        typer.echo(f"  gold: {t.gold_sql[0]}")
+        for o in t.outputs:
+            typer.echo(f"  output {o.name} (column {o.column}): {o.meaning[Language.zh]} / {o.meaning[Language.en]}")
+        typer.echo(f"  answer points: {len(t.answer_points)} number(s); tags: {', '.join(t.tags) or 'none'}")
+        second = c.second_annotation
+        typer.echo(
+            "  second annotation: "
+            + (f"{second.annotator.id}, agreement {second.agreement:.2f} ({second.detail})" if second else "none yet")
+        )
+        for v in t.variants:
+            w = c.wording(f"{v.language.value}/{v.complexity.value}")
+            state = f"approved by {w.approved_by}" if w and w.approved_by else "NOT APPROVED"
+            typer.echo(
+                f"  {v.language.value}/{v.complexity.value:<10} [{w.drafted_by if w else '?'}; {state}] {v.text}"
+            )
 
 
 def _arbitrate(
@@ -328,15 +455,23 @@ def annotate(
     file: Annotated[str, typer.Option("--file", help="the second annotator's SQL (JSON, see testset/annotate.py)")],
     version: Annotated[str | None, typer.Option(help="the release to compare with; default: latest")] = None,
     findings: Annotated[bool, typer.Option(help="list every task the annotators disagree on")] = False,
+    queue: Annotated[bool, typer.Option(help="measure the review queue's candidates instead (kept on each)")] = False,
 ) -> None:
     """Measure a second annotator's agreement with the gold on the snapshot (comparator, per non-technical
-    variant) and keep both under tasks/annotations/."""
+    variant) and keep both under tasks/annotations/ (with --queue: on each candidate of the review queue)."""
     from pathlib import Path
 
     from evalpkg.testset.annotate import load_annotation, measure, save
 
     settings = get_settings()
     annotation = load_annotation(Path(file))
+    if queue:
+        from evalpkg.testset.refresh import annotate_queue
+
+        for c in annotate_queue(settings, annotation, progress=_log):
+            assert c.second_annotation is not None
+            typer.echo(f"{c.task.id}: agreement {c.second_annotation.agreement:.2f}: {c.second_annotation.detail}")
+        return
     measured = measure(settings, annotation, version, progress=_log)
     save(settings.tasks_dir, annotation, measured)
     for t in measured.disagreements() if findings else []:
@@ -350,21 +485,32 @@ def annotate(
 
 @app.command("release")
 def release_cmd() -> None:
-    """Make the next version from approved candidates, with CHANGELOG and manifest."""
+    """Make the next version from approved candidates, with CHANGELOG and manifest: those whose wordings
+    are all approved and whose second annotation agrees, checked in every reference world as `validate
+    --reference-worlds` checks a release; one that fails there is refused (exit 1), saying where and why."""
     from evalpkg.interrupts import Interrupted, held_interrupts
     from evalpkg.testset import release
-    from evalpkg.testset.refresh import recover_release, release_approved
+    from evalpkg.testset.refresh import recover_release, release_queue
 
     settings = get_settings()
     tasks_dir = settings.tasks_dir
-    recover_release(settings)  # release_approved does too; first here, so that the next version is known
+    recover_release(settings)  # release_queue does too; first here, so that the next version is known
     version = release.next_version(tasks_dir)
     # Ctrl-C: before the release dir is renamed into place nothing is left behind; from then on it waits
     # until the CHANGELOG and the review queue say so too.
     done = f"{version} was released in full (tasks, manifest, CHANGELOG, review queue) before it took effect"
     try:
         with held_interrupts(lambda: (tasks_dir / version).exists(), done):
-            rel = release_approved(settings)
+            out = release_queue(settings, progress=_log)
     except KeyboardInterrupt as exc:
         raise Interrupted(str(exc) or f"nothing was released; {tasks_dir} is as it was") from None
-    _log("nothing approved to release" if rel is None else f"released {rel.version}: {len(rel.tasks)} tasks")
+    rel = out.release
+    if rel is not None:
+        _log(f"released {rel.version}: {len(rel.tasks)} tasks")
+    else:
+        _log("nothing ready to release" if out.held or out.refused else "nothing approved to release")
+    if out.refused:
+        tid, why = next(iter(out.refused.items()))
+        raise DataError(
+            f"refused {len(out.refused)} candidate(s) that fail the reference-world checks; first {tid}: {why[0]}"
+        )

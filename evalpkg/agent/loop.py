@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from evalpkg.agent.function_schema import openai_tools
 from evalpkg.agent.parser import parse
 from evalpkg.agent.tools import Toolkit
-from evalpkg.agent.trajectory import RetryRecord, Step, ToolCallRecord, Trajectory, now, sha256_text
+from evalpkg.agent.trajectory import RetryRecord, Step, ToolCallRecord, Trajectory, TurnAnswer, now, sha256_text
 
 PROMPT_VERSION = "react_v1"
 NUDGE = "Reply with one tool call or a final answer in the JSON format."
@@ -264,7 +264,8 @@ def run_dialogue(
                 if not pending_followups:
                     traj.stop_reason = "final_answer"
                     break
-                # the next user turn of a multi-turn dialogue
+                # the next user turn of a multi-turn dialogue; the answer so far is graded as its turn's
+                traj.turn_answers.append(TurnAnswer(answer=action.text, sql=traj.final_sql))
                 messages = trim_context([*messages, {"role": "assistant", "content": turn.text}])
                 step.user_message = pending_followups.pop(0)
                 messages.append({"role": "user", "content": step.user_message})

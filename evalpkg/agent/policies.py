@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from evalpkg.agent.loop import ModelTurn, prompt
 from evalpkg.agent.plan import plan_from_sql
 from evalpkg.agent.trajectory import RetryRecord
-from evalpkg.testset.models import ArgConstraint, Language, Task
+from evalpkg.testset.models import AnswerPoint, ArgConstraint, Language, Task, Turn
 from evalpkg.testset.traps import perturb_sql  # the defects are the trap mutations validate runs
 
 if TYPE_CHECKING:  # the openai SDK is imported only by runs that call a model
     from evalpkg.agent.model_client import ModelClient
+
+
+STALE_FOLLOWUP = "stale_followup"  # the perturbation that answers a follow-up with the previous turn's SQL
 
 
 def _cid() -> str:
@@ -33,15 +36,20 @@ def _last_tool_result(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return {}
 
 
+Plan = list[list[tuple[str, dict[str, Any]]]]
+
+
 @dataclass
 class ScriptedPolicy:
-    """Replays a fixed plan of tool calls, then answers from the last result."""
+    """Replays a fixed plan of tool calls, then answers from the last result; in a dialogue with
+    follow-ups, the next turn's plan and answer suffix come after each answer."""
 
     name: str
-    plan: list[list[tuple[str, dict[str, Any]]]]
+    plan: Plan
     final: str = ""
     suffix: str = ""  # appended to the answer built from the last result
     position: int = 0
+    followups: list[tuple[Plan, str]] = field(default_factory=list)  # (plan, suffix) of each later turn
 
     def next(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelTurn:
         if self.position < len(self.plan):
@@ -49,10 +57,13 @@ class ScriptedPolicy:
             self.position += 1
             return ModelTurn(tool_calls=[(_cid(), name, args) for name, args in calls])
         if self.final:
-            return ModelTurn(text=self.final)
-        last = _last_tool_result(messages)
-        rows = last.get("rows", [])
-        return ModelTurn(text=f"结果 / result: {json.dumps(rows, ensure_ascii=False)} {self.suffix}".strip())
+            answer = self.final
+        else:
+            rows = _last_tool_result(messages).get("rows", [])
+            answer = f"结果 / result: {json.dumps(rows, ensure_ascii=False)} {self.suffix}".strip()
+        if self.followups:  # the loop delivers the next user turn after this answer
+            (self.plan, self.suffix), self.position, self.final = self.followups.pop(0), 0, ""
+        return ModelTurn(text=answer)
 
 
 def _satisfying(c: ArgConstraint, fallback: str) -> str:
@@ -63,22 +74,31 @@ def _satisfying(c: ArgConstraint, fallback: str) -> str:
     return " ".join(parts) or fallback
 
 
-def gold_plan(task: Task, sql: str | None = None, strategy: str = "react") -> list[list[tuple[str, dict[str, Any]]]]:
-    """Every expected tool call of the task, in order, with arguments that meet its constraints and
-    the gold SQL as the query (the harness self-test). The plan strategy reads the schema with
-    get_table_columns and submits the SQL's plan (derived by the translator) instead."""
-    schema = "get_table_columns" if strategy == "plan" else "query_schema"
-    plan: list[list[tuple[str, dict[str, Any]]]] = [[(schema, {"table_name": t}) for t in task.tables]]
-    for turn in task.turns:
+def _segments(task: Task) -> list[list[Turn]]:
+    """The turns grouped by what they are graded on: the question with the clarifications that refine
+    it, then each follow-up with its own gold."""
+    out: list[list[Turn]] = []
+    for i, turn in enumerate(task.turns):
+        if i == 0 or turn.gold_sql:
+            out.append([])
+        out[-1].append(turn)
+    return out
+
+
+def _turn_calls(task: Task, turns: list[Turn], gold: list[str], sql: str | None, strategy: str) -> Plan:
+    """The expected calls of these turns, in order, with arguments that meet their constraints and the
+    gold SQL (or `sql`) as the query; schema reads are left out (the plan reads them first)."""
+    plan: Plan = []
+    for turn in turns:
         for call in turn.expected_tool_calls:
             if call.name == "query_schema":
                 continue  # loaded above
             if call.name == "execute_sql":
-                if task.gold_sql and strategy == "plan":
-                    submitted = plan_from_sql(sql or task.gold_sql[0]).model_dump(exclude_defaults=True)
+                if gold and strategy == "plan":
+                    submitted = plan_from_sql(sql or gold[0]).model_dump(exclude_defaults=True)
                     plan.append([("submit_plan", {"plan": submitted})])
-                elif task.gold_sql:
-                    plan.append([("execute_sql", {"sql": sql or task.gold_sql[0]})])
+                elif gold:
+                    plan.append([("execute_sql", {"sql": sql or gold[0]})])
                 continue
             arg = {
                 "query_dictionary": "term",
@@ -98,15 +118,45 @@ def gold_plan(task: Task, sql: str | None = None, strategy: str = "react") -> li
     return plan
 
 
+def gold_plan(task: Task, sql: str | None = None, strategy: str = "react") -> Plan:
+    """Every expected tool call of the question and its clarifications, in order, with arguments that
+    meet its constraints and the gold SQL as the query (the harness self-test). The plan strategy reads
+    the schema with get_table_columns and submits the SQL's plan (derived by the translator) instead."""
+    schema = "get_table_columns" if strategy == "plan" else "query_schema"
+    reads: Plan = [[(schema, {"table_name": t}) for t in task.tables]]
+    return reads + _turn_calls(task, _segments(task)[0], task.gold_sql, sql, strategy)
+
+
+def _points(points: list[AnswerPoint], language: Language) -> str:
+    return " ".join(p.text[language] for p in points if p.text and language in p.text)
+
+
+def followup_plans(
+    task: Task, language: Language, strategy: str = "react", sqls: list[str | None] | None = None
+) -> list[tuple[Plan, str]]:
+    """(plan, answer suffix) of each follow-up with its own gold: its expected calls with its gold SQL
+    (or sqls[i], for the i-th follow-up) and its text points."""
+    out = []
+    for i, turns in enumerate(_segments(task)[1:]):
+        sql = sqls[i] if sqls is not None else None
+        out.append(
+            (_turn_calls(task, turns, turns[0].gold_sql, sql, strategy), _points(turns[0].answer_points, language))
+        )
+    return out
+
+
 def gold_policy(task: Task, language: Language = Language.zh, strategy: str = "react") -> ScriptedPolicy:
-    points = " ".join(p.text[language] for p in task.answer_points if p.text and language in p.text)
+    points = _points(task.answer_points, language)
     if not task.answerable:
         return ScriptedPolicy(
             "gold",
             gold_plan(task, strategy=strategy),
             final=points or "数据库中没有这项数据，无法回答。 The database does not hold this data.",
+            followups=followup_plans(task, language, strategy),
         )
-    return ScriptedPolicy("gold", gold_plan(task, strategy=strategy), suffix=points)
+    return ScriptedPolicy(
+        "gold", gold_plan(task, strategy=strategy), suffix=points, followups=followup_plans(task, language, strategy)
+    )
 
 
 def perturbation_policy(
@@ -118,6 +168,10 @@ def perturbation_policy(
     policy.name = f"perturb:{kind}"
     if kind == "extra_calls":
         policy.plan.insert(0, [("get_table_columns" if strategy == "plan" else "query_schema", {})] * 3)
+    elif kind == STALE_FOLLOWUP:
+        # each follow-up answered with the SQL of the turn before it: graded wrong on that turn only
+        golds = [task.turns[i].gold_sql[0] if i else task.gold_sql[0] for i in task.graded_turns()]
+        policy.followups = followup_plans(task, language, strategy, list(golds[:-1]))
     elif task.gold_sql:
         policy.plan = gold_plan(task, perturb_sql(task.gold_sql[0], kind), strategy)
     return policy

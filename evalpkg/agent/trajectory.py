@@ -72,6 +72,13 @@ class Step(BaseModel):
     state: QueryState | None = None  # the dialogue state after this step; None without the state toolset
 
 
+class TurnAnswer(BaseModel):
+    """The agent's final answer to a user turn that a follow-up came after, and the SQL it then stood on."""
+
+    answer: str
+    sql: str | None = None
+
+
 class Trajectory(BaseModel):
     format_version: Literal[1, 2] = TRAJECTORY_FORMAT_VERSION
     instance_id: str
@@ -86,6 +93,9 @@ class Trajectory(BaseModel):
     stop_reason: StopReason = "final_answer"
     fallback: str = ""  # what the circuit breaker did instead
     clarifications: list[dict[str, Any]] = []
+    # one per user turn answered before a follow-up (the last turn's answer is final_answer, final_sql);
+    # the default keeps records from before follow-ups loadable
+    turn_answers: list[TurnAnswer] = []
     started_at: str = ""
     ended_at: str = ""
 

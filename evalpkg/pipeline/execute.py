@@ -67,7 +67,6 @@ def run_instance(
     """One dialogue with its own toolkit, simulated clinician and policy over the shard's shared pieces."""
     lang, level = Language(inst.language), Complexity(inst.complexity)
     question = task.question(lang, level)
-    followups = tuple(t.user[lang] for t in task.turns[1:] if t.user and not task.hidden_slots)
     return run_dialogue(
         build_policy(config, task, lang, client),
         build_toolkit(config, shared, executor, task, lang, question, client),
@@ -76,7 +75,7 @@ def run_instance(
         language=inst.language,
         complexity=inst.complexity,
         question=question,
-        followups=followups,
+        followups=task.followups(lang),
         limits=build_limits(config),
         system_prompt=system_prompt(config.prompt_version, tuple(config.disabled_prompt_rules)),
     )

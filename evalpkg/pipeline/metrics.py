@@ -99,7 +99,25 @@ def summarize(scores: list[InstanceScore]) -> dict[str, float]:
         "tokens_mean": _mean(s.prompt_tokens + s.completion_tokens for s in scores),
         **_semantic(scores),
         **_dialogue_state(scores),
+        **_followups(scores),
     }
+
+
+def _followups(scores: list[InstanceScore]) -> dict[str, float]:
+    """Over the dialogues with follow-ups graded on their own: each turn on its own (turn_accuracy, and
+    per turn index turn_<i>_accuracy) and the dialogue whole (dialogue_accuracy: every turn right);
+    nothing where no instance had one."""
+    dialogues = [s.turn_correct for s in scores if len(s.turn_correct) > 1]
+    if not dialogues:
+        return {}
+    out = {
+        "dialogues": float(len(dialogues)),
+        "dialogue_accuracy": _mean(all(turns) for turns in dialogues),
+        "turn_accuracy": _mean(ok for turns in dialogues for ok in turns),
+    }
+    for index in range(max(len(turns) for turns in dialogues)):
+        out[f"turn_{index}_accuracy"] = _mean(turns[index] for turns in dialogues if len(turns) > index)
+    return out
 
 
 def _dialogue_state(scores: list[InstanceScore]) -> dict[str, float]:
@@ -161,6 +179,8 @@ def flat_metrics(
         "answer_point_coverage",
         "numeric_citation_error_rate",
         "latency_s_mean",
+        "turn_accuracy",  # only groups with follow-up dialogues have these two
+        "dialogue_accuracy",
     ),
 ) -> dict[str, float]:
     out = {}

@@ -134,6 +134,7 @@ test set {html.escape(str(config.get("testset_version")))}, {int(overall.get("in
 <h2>By type, difficulty and complexity</h2>{_table(groups)}
 <h2>Matches on the snapshot only (coincidental)</h2>{semantic}
 <h2>Dialogue state</h2>{state}
+<h2>Follow-up dialogues</h2>{_followup_section(scores, files)}
 <h2>Error clusters</h2>{_table(cluster_rows)}
 <h2>Instances</h2><p>Click a row for its trajectory: steps, tool calls, SQL and answer.</p>{INSTANCES}
 <h2>Configuration</h2><pre>{html.escape(json.dumps(config, ensure_ascii=False, indent=2))}</pre>
@@ -142,6 +143,23 @@ test set {html.escape(str(config.get("testset_version")))}, {int(overall.get("in
 </body></html>"""
     publish(path, doc, files, folder)
     return path
+
+
+def _followup_section(scores: list[InstanceScore], files: dict[str, str]) -> str:
+    """Per dialogue with follow-ups graded on their own: each turn's outcome, the broken dialogues first."""
+    kept = sorted((s for s in scores if len(s.turn_correct) > 1), key=lambda s: (all(s.turn_correct), s.instance_id))
+    if not kept:
+        return "<p>None: no instance has a follow-up with its own gold.</p>"
+    rows = [
+        {
+            "instance": s.instance_id,
+            "turns": " ".join("right" if ok else "WRONG" for ok in s.turn_correct),
+            "dialogue": "right" if all(s.turn_correct) else "wrong",
+            "answer points": " ".join("-" if c is None else f"{c:.2f}" for c in s.turn_coverage),
+        }
+        for s in kept
+    ]
+    return _long_table("followups", rows, files)
 
 
 def _state_section(scores: list[InstanceScore], files: dict[str, str]) -> str:

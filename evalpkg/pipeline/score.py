@@ -75,6 +75,10 @@ class InstanceScore(BaseModel):
     questions_about_filled_slots: int | None = None
     turns_to_complete_state: int | None = None
     declares_order: bool = False  # the task's expected calls carry `after` constraints
+    # the turns graded on their own: turn 0 (what correct, exec_match and answer_coverage above are of)
+    # then each follow-up with its own gold; empty in scores from before follow-ups
+    turn_correct: list[bool] = []
+    turn_coverage: list[float | None] = []
     stop_reason: str
     latency_s: float
     prompt_tokens: int
@@ -250,6 +254,7 @@ def _first_attempt_correct(
     executor: ReadOnlyExecutor,
     asked: list[str] | None,
     final_matches: bool,
+    turn_zero_sql: str | None = None,
 ) -> bool | None:
     """Time-series tasks: was the first execute_sql already right (seed: 时序查询首次正确率)? The final
     SQL's match is reused when the first query was also the last."""
@@ -262,7 +267,8 @@ def _first_attempt_correct(
     sql = args.get("sql") if args is not None else None
     if not isinstance(sql, str):
         return False
-    if sql == traj.final_sql:
+    # turn 0's last query (a dialogue's final_sql answers its last follow-up)
+    if sql == (turn_zero_sql if turn_zero_sql is not None else traj.final_sql):
         return final_matches
     return execution_match(task, sql, gold, executor, asked)[1]
 
@@ -282,6 +288,44 @@ def judged_coverage(task: Task, answer: str, language: str, judge: Judge | None)
     return sum(judged) / len(judged) if judged else None
 
 
+def graded_answers(task: Task, traj: Trajectory) -> list[tuple[str, str | None] | None]:
+    """For each turn graded on its own (Task.graded_turns), the answer and SQL it is judged on: those at
+    the end of its last delivered turn before the next graded one (a clarification's answer refines its
+    question); None where the dialogue ended before reaching it."""
+    delivered = task.delivered_turns()
+    answers = [(a.answer, a.sql) for a in traj.turn_answers] + [(traj.final_answer, traj.final_sql)]
+    graded = task.graded_turns()
+    out: list[tuple[str, str | None] | None] = []
+    for after in [*graded[1:], len(task.turns)]:  # each graded turn ends where the next begins
+        last = max(k for k, turn in enumerate(delivered) if turn < after)
+        out.append(answers[last] if last < len(answers) else None)
+    return out
+
+
+def _followup_scores(
+    task: Task,
+    traj: Trajectory,
+    answers: list[tuple[str, str | None] | None],
+    gold: GoldCache,
+    executor: ReadOnlyExecutor,
+) -> tuple[list[bool], list[float | None]]:
+    """Each follow-up with its own gold, graded on its own as turn 0 is: execution match and answer points."""
+    correct: list[bool] = []
+    coverage: list[float | None] = []
+    for index, answered in zip(task.graded_turns()[1:], answers[1:], strict=True):
+        if answered is None:
+            correct.append(False)
+            coverage.append(0.0 if task.turns[index].answer_points else None)
+            continue
+        turn = task.turn_task(index)
+        wanted = asked_columns(turn, traj.language, traj.complexity)
+        _, matched, rows, columns = execution_match(turn, answered[1], gold, executor, wanted)
+        graded = None if wanted is None else positions(columns, wanted) or []
+        correct.append(matched)
+        coverage.append(answer_coverage(turn, answered[0], rows, traj.language, graded)[0])
+    return correct, coverage
+
+
 def score_instance(
     task: Task,
     traj: Trajectory,
@@ -295,10 +339,13 @@ def score_instance(
         (c.name, json.dumps(c.arguments, sort_keys=True, ensure_ascii=False, default=str)) for c in calls
     )
     wanted = asked_columns(task, traj.language, traj.complexity)
-    status, exec_match, gold_rows, gold_columns = execution_match(task, traj.final_sql, gold, executor, wanted)
+    answers = graded_answers(task, traj)
+    answer, sql = answers[0] or ("", None)  # turn 0 is always reached
+    status, exec_match, gold_rows, gold_columns = execution_match(task, sql, gold, executor, wanted)
     graded = None if wanted is None else positions(gold_columns, wanted) or []
-    coverage, missed_points = answer_coverage(task, traj.final_answer, gold_rows, traj.language, graded)
-    correct = exec_match if task.answerable else (traj.final_sql is None and bool(REFUSAL.search(traj.final_answer)))
+    coverage, missed_points = answer_coverage(task, answer, gold_rows, traj.language, graded)
+    correct = exec_match if task.answerable else (sql is None and bool(REFUSAL.search(answer)))
+    followups_correct, followups_coverage = _followup_scores(task, traj, answers, gold, executor)
     precision, recall, order_ok = expected_call_scores(task, traj)
     stated, unsupported = unsupported_numbers(traj)
     asked = bool(traj.clarifications)
@@ -334,9 +381,11 @@ def score_instance(
         unsupported_numbers=unsupported,
         clarification_needed=task.type is TaskType.clarification,
         clarification_rounds=len(traj.clarifications),
-        first_attempt_correct=_first_attempt_correct(task, traj, gold, executor, wanted, exec_match),
+        first_attempt_correct=_first_attempt_correct(task, traj, gold, executor, wanted, exec_match, sql),
         **vars(score_state(task, traj)),
         declares_order=any(c.after for turn in task.turns for c in turn.expected_tool_calls),
+        turn_correct=[correct, *followups_correct],
+        turn_coverage=[coverage, *followups_coverage],
         stop_reason=traj.stop_reason,
         latency_s=_latency_s(traj),
         prompt_tokens=sum(s.prompt_tokens for s in traj.steps),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from evalpkg.agent.trajectory import Trajectory
 from evalpkg.errors import DataError
 from evalpkg.grading.execution import GoldCache, asked_columns, execution_match
-from evalpkg.pipeline.score import InstanceScore
+from evalpkg.pipeline.score import InstanceScore, graded_answers
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import QueryFailed, ReadOnlyExecutor
@@ -37,7 +37,8 @@ def score_in_worlds(
     built = worlds.built(settings, reference)
     if not built:
         return 0
-    final_sql = {t.instance_id: t.final_sql for t in trajectories}
+    # the SQL turn 0 stood on (what `correct` grades); a dialogue's last query answers its last follow-up
+    final_sql = {t.instance_id: _turn_zero_sql(tasks, t) for t in trajectories if t.task_id in tasks}
     matched = [s for s in scores if s.answerable and s.correct]
     for world, kept in worlds.each(settings, tuple(built), progress=progress):
         executor = ReadOnlyExecutor(kept.agent_url(), timeout_ms=timeout_ms)
@@ -53,6 +54,11 @@ def score_in_worlds(
     coincidental = sum(bool(s.world_misses) for s in matched)
     progress(f"scored in {len(built)} reference worlds: {coincidental} of {len(matched)} matches are coincidental")
     return len(built)
+
+
+def _turn_zero_sql(tasks: dict[str, Task], traj: Trajectory) -> str | None:
+    answered = graded_answers(tasks[traj.task_id], traj)[0]
+    return answered[1] if answered else None
 
 
 def _matches(

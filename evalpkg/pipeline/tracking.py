@@ -111,6 +111,14 @@ def _log_trace(mlflow: Any, traj: Trajectory, score: InstanceScore | None) -> No
             if state is not None
             else {}
         )
+        | (  # a dialogue with follow-ups: each turn's answer and outcome
+            {
+                "turn_answers": [a.model_dump() for a in traj.turn_answers],
+                "turn_correct": score.turn_correct if score else None,
+            }
+            if traj.turn_answers
+            else {}
+        )
     )
     root.end(end_time_ns=_ns(traj.ended_at))
 

@@ -14,9 +14,10 @@ from evalpkg.errors import ConfigError, DataError
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint
-from evalpkg.testset import determinism, release
+from evalpkg.testset import determinism, premises, release
 from evalpkg.testset.gold import GoldError, agent_connection, run_gold, snapshot_version
 from evalpkg.testset.models import (
+    OUTPUTS_FORMAT,
     TASK_FORMAT_VERSION,
     Annotator,
     AnswerPoint,
@@ -25,6 +26,7 @@ from evalpkg.testset.models import (
     HiddenSlot,
     Language,
     Output,
+    Premise,
     Provenance,
     QuestionVariant,
     ResultSpec,
@@ -67,6 +69,7 @@ class Template(BaseModel):
     answer_points: list[dict[str, Any]] = []
     hidden_slots: list[dict[str, Any]] = []
     maintenance_notes: str = ""
+    premise: Premise | None = None  # what its question asserts about the data; choices failing it are not used
     # gold output column -> least value on the build snapshot: a margin so that another key's date
     # shifts cannot empty a count a task's rate divides by
     min_counts: dict[str, int] = {}
@@ -152,7 +155,8 @@ def instantiate(t: Template, combo: dict[str, Value], number: int) -> Task:
     params = {name: v.obj for name, v in combo.items()}
     r = render(t.model_dump(mode="json"), params)
     return Task(
-        format_version=TASK_FORMAT_VERSION,
+        # the oldest format that holds it: a task without follow-up golds stays readable by format-2 code
+        format_version=TASK_FORMAT_VERSION if any(turn.get("gold_sql") for turn in r["turns"]) else OUTPUTS_FORMAT,
         id=f"{TYPE_PREFIX[t.type]}-{t.id}-{number:03d}",
         type=t.type,
         difficulty=t.difficulty,
@@ -184,6 +188,7 @@ def instantiate(t: Template, combo: dict[str, Value], number: int) -> Task:
         # Generated, not yet reviewed by people: the record says so instead of inventing annotators.
         review=Review(annotators=[Annotator(role="generator", id=GENERATOR_VERSION)], agreement=1.0, status="pending"),
         maintenance_notes=r["maintenance_notes"],
+        premise=t.premise,
     )
 
 
@@ -197,29 +202,42 @@ def build(settings: Settings, *, seed: int = 1, progress: Progress = quiet) -> B
         for t in spec.templates:
             if t.since != "v1":
                 continue  # added by a later release, from the release it extends
-            combos = t.choices(domain)
-            random.Random(f"{seed}:{t.id}").shuffle(combos)
-            made = 0
-            for combo in combos:
-                if made == t.count:
-                    break
-                try:
-                    task = instantiate(t, combo, made + 1)
-                except (ValidationError, KeyError, AttributeError, IndexError) as exc:
-                    raise ConfigError(f"template {t.id}: {str(exc).splitlines()[0]}") from exc
-                reason = check_gold(conn, task, seen, t.min_counts)
-                if reason:
-                    report.skipped.setdefault(t.id, []).append(reason)
-                    continue
-                if problems := output_problems(task, [gold_columns(conn, sql) for sql in task.gold_sql]):
-                    raise ConfigError(f"template {t.id}: {problems[0]}")
-                seen.update(fingerprint.exact(sql) for sql in task.gold_sql)
-                report.tasks.append(task)
-                made += 1
-            if made < t.count:
-                report.short[t.id] = t.count - made
-            progress(f"{t.id}: {made}/{t.count}")
+            tasks, skipped = fill(conn, t, domain, seed=seed, seen=seen)
+            report.tasks += tasks
+            if skipped:
+                report.skipped[t.id] = skipped
+            if len(tasks) < t.count:
+                report.short[t.id] = t.count - len(tasks)
+            progress(f"{t.id}: {len(tasks)}/{t.count}")
     return report
+
+
+def fill(
+    conn: Any, t: Template, domain: dict[str, list[Value]], *, seed: int, seen: set[str]
+) -> tuple[list[Task], list[str]]:
+    """Up to t.count tasks from its parameter choices in the seed's order, each usable on this snapshot
+    (check_gold; fingerprints not in `seen`, which grows), and why each skipped choice was; ConfigError
+    where the template itself is wrong."""
+    combos = t.choices(domain)
+    random.Random(f"{seed}:{t.id}").shuffle(combos)
+    tasks: list[Task] = []
+    skipped: list[str] = []
+    for combo in combos:
+        if len(tasks) == t.count:
+            break
+        try:
+            task = instantiate(t, combo, len(tasks) + 1)
+        except (ValidationError, KeyError, AttributeError, IndexError) as exc:
+            raise ConfigError(f"template {t.id}: {str(exc).splitlines()[0]}") from exc
+        reason = check_gold(conn, task, seen, t.min_counts)
+        if reason:
+            skipped.append(reason)
+            continue
+        if problems := output_problems(task, [gold_columns(conn, sql) for sql in task.gold_sql]):
+            raise ConfigError(f"template {t.id}: {problems[0]}")
+        seen.update(fingerprint.exact(sql) for sql in task.gold_sql)
+        tasks.append(task)
+    return tasks, skipped
 
 
 def check_gold(conn: Any, task: Task, seen: set[str], min_counts: dict[str, int]) -> str | None:
@@ -237,8 +255,9 @@ def check_gold(conn: Any, task: Task, seen: set[str], min_counts: dict[str, int]
             return f"{task.id}: gold returned no rows"
         if rows and all(v is None for v in rows[0]) and len(rows) == 1:
             return f"{task.id}: gold returned only NULL"
-        # Another key shifts dates differently; a series this thin may come back empty elsewhere.
-        if " group by " in sql.lower() and len(rows) < MIN_GROUPED_ROWS:
+        # Another key shifts dates differently; a series this thin may come back empty elsewhere. Only
+        # where the result's rows are groups: a grouped CTE read down to one row (LIMIT 1) is not a series.
+        if fingerprint.parse_statement(sql).args.get("group") is not None and len(rows) < MIN_GROUPED_ROWS:
             return f"{task.id}: only {len(rows)} group(s), too thin to be stable across snapshots"
         names = [e.alias_or_name for e in fingerprint.parse_statement(sql).expressions]
         for column, least in min_counts.items():
@@ -248,12 +267,18 @@ def check_gold(conn: Any, task: Task, seen: set[str], min_counts: dict[str, int]
             value = rows[0][names.index(column)] if rows else None
             if (value or 0) < least:
                 return f"{task.id}: {column} is {value}, below {least}"
+        if task.premise is not None and sql == task.gold_sql[0]:
+            for finding in premises.stated(task, names, rows):
+                return f"{task.id}: {finding.detail}"
         try:
             ordering, points = determinism.check(task, sql, rows, lambda probe: run_gold(conn, probe))
         except GoldError as exc:
             return f"{task.id}: ORDER BY probe failed: {exc}"
         if ordering or points:
             return f"{task.id}: not decided by the data: {(ordering + points)[0]}"
+    for index in task.graded_turns()[1:]:  # each follow-up's own gold, held to the same rules
+        if reason := check_gold(conn, task.turn_task(index), seen, {}):
+            return f"{reason} (follow-up turn {index})"
     return None
 
 

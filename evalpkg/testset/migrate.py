@@ -19,7 +19,7 @@ from evalpkg.settings import Settings
 from evalpkg.testset import release
 from evalpkg.testset.build import Template, instantiate, load_templates
 from evalpkg.testset.gold import GoldError, agent_connection, snapshot_version
-from evalpkg.testset.models import TASK_FORMAT_VERSION, Language, Output, QuestionVariant, Task
+from evalpkg.testset.models import OUTPUTS_FORMAT, Language, Output, QuestionVariant, Task
 from evalpkg.testset.params import Value, chosen, domains
 from evalpkg.testset.validate import gold_columns, output_problems
 
@@ -42,7 +42,7 @@ class Migration:
         if self.with_outputs:
             parts.append(
                 f"Per-variant grading (issue 9): every task of {self.source} now declares its outputs "
-                f"(format_version {TASK_FORMAT_VERSION}) and each question variant the outputs its wording asks "
+                f"(format_version {OUTPUTS_FORMAT}) and each question variant the outputs its wording asks "
                 "for; an instance is graded on those only (execution match on their gold columns; number answer "
                 "points in other columns are not graded), because variants often ask for less than the gold "
                 "returns and an agent answering exactly what it was asked failed. Outputs and asks come from each "
@@ -112,7 +112,7 @@ def _migrate_task(
         outputs, variants, why = _ticket_outputs(task, columns)
     else:
         outputs, variants, why = _template_outputs(task, templates, domain, plan)
-    update = {"format_version": TASK_FORMAT_VERSION, "outputs": outputs, "variants": variants}
+    update = {"format_version": max(task.format_version, OUTPUTS_FORMAT), "outputs": outputs, "variants": variants}
     new = Task.model_validate(task.model_copy(update=update).model_dump())
     if problems := output_problems(new, columns):
         raise DataError(f"{problems[0]} (fix the template's outputs or asks)")
@@ -163,7 +163,7 @@ def _template_outputs(
     if task.outputs:  # declared by an earlier migrate: only the wording can have changed
         return list(fresh.outputs), variants, f"re-rendered from the reworded template {t.id}: {', '.join(reworded)}"
     if not fresh.outputs:
-        return [], variants, f"format {TASK_FORMAT_VERSION}; no outputs (unanswerable)"
+        return [], variants, f"format {OUTPUTS_FORMAT}; no outputs (unanswerable)"
     why = f"outputs {', '.join(o.name for o in fresh.outputs)} from template {t.id}"
     if narrower:
         why += f"; variants asking for fewer: {', '.join(narrower)}"
@@ -179,7 +179,7 @@ def _ticket_outputs(task: Task, columns: list[list[str]]) -> tuple[list[Output],
         return (
             [],
             list(task.variants),
-            f"format {TASK_FORMAT_VERSION}; golds name their columns differently: all graded",
+            f"format {OUTPUTS_FORMAT}; golds name their columns differently: all graded",
         )
     names: list[str] = []
     for column in columns[0]:

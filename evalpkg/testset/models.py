@@ -7,8 +7,10 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-# 2: a task may declare its outputs and what each question variant asks for; format 1 files still load.
-TASK_FORMAT_VERSION: Final = 2
+# 2: a task may declare its outputs and what each question variant asks for; 3: a follow-up turn may carry
+# its own gold (graded on its own); format 1 and 2 files still load.
+TASK_FORMAT_VERSION: Final = 3
+OUTPUTS_FORMAT: Final = 2  # the first format where a task declares its outputs
 
 
 class TaskType(StrEnum):
@@ -77,10 +79,16 @@ class ExpectedToolCall(Strict):
 
 
 class Turn(Strict):
-    """One user turn: the first is the question itself; later ones are follow-ups."""
+    """One user turn: the first is the question itself; later ones are follow-ups. A follow-up with its
+    own gold (format 3) is a new question building on the previous answer, graded on its own; one
+    without (a clarification's answer) refines the question before it."""
 
     user: dict[Language, str] | None = None  # None for turn 0 (the question variants)
     expected_tool_calls: list[ExpectedToolCall]
+    gold_sql: list[str] = []  # any one is acceptable; empty: turn 0 (the task's gold) or not graded apart
+    outputs: list[Output] = []  # as Task.outputs, for this turn's gold
+    answer_points: list[AnswerPoint] = []  # rows and cols of this turn's gold result
+    result: ResultSpec | None = None  # None: the task's
 
 
 class ResultSpec(Strict):
@@ -106,6 +114,32 @@ class AnswerPoint(Strict):
         if self.kind == "text" and not self.text:
             raise ValueError("a text answer point needs text in zh and en")
         return self
+
+
+class Premise(Strict):
+    """What a question asserts about the data, stated as a criterion the gold result must meet in every
+    world ("changed substantially": at least 25% and at least 10 visits). A choice of parameters that
+    fails it is not used; validate checks it on released tasks."""
+
+    kind: Literal["change"]  # two periods of one measure differ by at least the stated amounts
+    # the measure: a stem of prev_/this_ (or _prev/_this) gold columns, "*" every pair summed; with
+    # rows "series" a plain column read on the first and the last row
+    measure: Annotated[str, Field(min_length=1)]
+    rows: Literal["sum", "first", "series"] = "sum"  # summed over the rows; the first (a total row); series
+    direction: Literal["any", "down", "up"] = "any"  # "dropped": down
+    min_relative: float = Field(default=0, ge=0)  # |later - earlier| / earlier, 0.25 = 25%
+    min_absolute: float = Field(default=0, ge=0)  # |later - earlier|, in the measure's unit
+    unit: str = ""  # the measure's unit, for the findings ("visits", "days", "percentage points")
+
+    def describe(self) -> str:
+        what = "the total of every prev/this pair" if self.measure == "*" else self.measure
+        kind = {"any": "a change", "down": "a fall", "up": "a rise"}[self.direction]
+        parts = [f"{kind} of {what}"]
+        if self.min_relative:
+            parts.append(f"at least {self.min_relative:.0%}")
+        if self.min_absolute:
+            parts.append(f"at least {self.min_absolute:g} {self.unit}".rstrip())
+        return ", ".join(parts)
 
 
 class HiddenSlot(Strict):
@@ -153,7 +187,7 @@ Tag = Literal[
 
 
 class Task(Strict):
-    format_version: Literal[1, 2] = 1  # TASK_FORMAT_VERSION (2) where the task declares outputs
+    format_version: Literal[1, 2, 3] = 1  # 2 where the task declares outputs, 3 where a follow-up has its gold
     id: Annotated[str, Field(pattern=r"^[a-z]{2,4}-[a-z0-9_]+-\d{3}$")]
     type: TaskType
     difficulty: Difficulty
@@ -170,6 +204,7 @@ class Task(Strict):
     provenance: Provenance
     review: Review
     maintenance_notes: str = ""
+    premise: Premise | None = None  # what the question asserts about the data (anomaly questions)
 
     @model_validator(mode="after")
     def _consistent(self) -> Task:
@@ -188,7 +223,51 @@ class Task(Strict):
             raise ValueError("turn 0 is the question itself (user: null)")
         if self.format_version == 1 and (self.outputs or any(v.asks for v in self.variants)):
             raise ValueError("outputs and variant asks need format_version 2")
+        if self.turns[0].gold_sql or self.turns[0].outputs or self.turns[0].answer_points or self.turns[0].result:
+            raise ValueError("turn 0 is graded on the task's gold: its own gold_sql, outputs, answer_points stay empty")
+        graded = [i for i, t in enumerate(self.turns) if t.gold_sql]
+        if graded and self.format_version < 3:
+            raise ValueError(f"turn {graded[0]} carries its own gold: that needs format_version 3")
+        for i, t in enumerate(self.turns[1:], 1):
+            if not t.gold_sql and (t.outputs or t.answer_points or t.result):
+                raise ValueError(f"turn {i} has outputs, answer points or a result spec but no gold_sql")
         return self
+
+    def delivered_turns(self) -> list[int]:
+        """The turns the simulated clinician delivers as user messages: 0 (the question), each follow-up
+        with its own gold, and, in a task without hidden slots, every later one (a clarification's
+        answer is the clinician's reply to ask_clarify instead)."""
+        return [
+            0,
+            *(i for i, t in enumerate(self.turns) if i and t.user and (t.gold_sql or not self.hidden_slots)),
+        ]
+
+    def followups(self, language: Language) -> tuple[str, ...]:
+        """The follow-up messages, in order (delivered_turns after the question)."""
+        return tuple(user[language] for i in self.delivered_turns()[1:] if (user := self.turns[i].user))
+
+    def graded_turns(self) -> list[int]:
+        """The turns graded on their own: 0 (on the task's gold) and each follow-up with its own gold."""
+        return [0, *(i for i, t in enumerate(self.turns) if i and t.gold_sql)]
+
+    def turn_task(self, index: int) -> Task:
+        """Turn `index` as a task of its own (its gold, outputs, points and result spec; the wordings ask
+        for all its outputs), for the graders that take a task; turn 0 is the task itself."""
+        if index == 0:
+            return self
+        turn = self.turns[index]
+        return self.model_copy(
+            update={
+                "gold_sql": turn.gold_sql,
+                "outputs": turn.outputs,
+                "answer_points": turn.answer_points,
+                "result": turn.result or self.result,
+                "variants": [v.model_copy(update={"asks": []}) for v in self.variants],
+                "turns": [Turn(expected_tool_calls=turn.expected_tool_calls)],
+                "hidden_slots": [],
+                "answerable": True,
+            }
+        )
 
     def variant(self, language: Language, complexity: Complexity) -> QuestionVariant:
         for v in self.variants:

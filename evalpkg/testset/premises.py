@@ -1,6 +1,6 @@
 """Premise and discrimination checks on the snapshot: what a question asserts holds in the data (a top N
-returns N rows, an asserted change is a change), and its answer can tell agents apart (not every number
-0, not the same answer as another task of its template).
+returns N rows, an asserted change meets the criterion its template states), and its answer can tell agents
+apart (not every number 0, not the same answer as another task of its template).
 
 validate reports the findings on any snapshot; in the reference worlds (testset.worlds) it fails them for
 releases from traps.TRAP_BITE_REQUIRED_FROM on.
@@ -13,6 +13,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from sqlglot import exp
@@ -35,15 +36,16 @@ ZERO_ANSWER_TAGS: Final[frozenset[str]] = frozenset()
 # A column of one period of a change: prev_x / this_x / cur_x, or x_prev / x_this / x_cur.
 PERIOD_COLUMN: Final = re.compile(r"^(?:(prev|prior|this|cur|current)_(\w+)|(\w+?)_(prev|prior|this|cur|current))$")
 EARLIER: Final = frozenset({"prev", "prior"})
-# The change an anomaly question asserts: (column stem, rows) where it is not the first prev/this pair summed
-# over the rows. "*": every pair; "first": the first row (a total row); "series": first vs last row of stem.
+# The change an anomaly question released before v7 (no stated premise) asserts: (column stem, rows) where it
+# is not the first prev/this pair summed over the rows; templates now state it (models.Premise).
+# "*": every pair; "first": the first row (a total row); "series": first vs last row of stem.
 ASSERTED_CHANGE: Final = {
     "anomaly_visits_month_by_type": ("*", "sum"),  # total visits, split by type
     "anomaly_lab_abnormal_rate_month": ("pct", "sum"),  # the rate, not the volumes
     "anomaly_los_change_quarter": ("avg_los", "first"),  # hospital ALOS (the grouping-sets total row)
     "anomaly_glu_mean_unit_switch": ("raw_mean", "series"),  # the raw monthly mean over the period
 }
-Check = Literal["top_n", "change", "all_zero", "same_answer"]
+Check = Literal["top_n", "change", "premise", "all_zero", "same_answer"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,9 @@ def check(tasks: Iterable[Task], run: Callable[[str], QueryResult]) -> list[Find
         if not golds:
             continue
         findings += top_n(task, golds)
-        if task.type is TaskType.anomaly:
+        if task.premise is not None:
+            findings += stated(task, golds[0].columns, golds[0].rows)
+        elif task.type is TaskType.anomaly:
             findings += change(task, golds[0].columns, golds[0].rows)
         findings += all_zero(task, golds[0].rows)
     return findings + same_answers([(t, g[0]) for t, g in results.values() if g])
@@ -98,7 +102,8 @@ def top_n(task: Task, golds: Sequence[QueryResult]) -> list[Finding]:
 
 
 def _number(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+    # Decimal: build.check_gold reads the driver's rows, whose numeric columns are not converted
+    return float(v) if isinstance(v, int | float | Decimal) and not isinstance(v, bool) else None
 
 
 def _pairs(columns: Sequence[str]) -> dict[str, tuple[int, int]]:
@@ -113,25 +118,67 @@ def _pairs(columns: Sequence[str]) -> dict[str, tuple[int, int]]:
     return {s: (earlier[s], later[s]) for s in sorted(earlier.keys() & later.keys(), key=earlier.__getitem__)}
 
 
-def change(task: Task, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Finding]:
-    """An anomaly question asserts a change between two periods: the two must differ."""
+def _periods(
+    stem: str, how: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> tuple[float | None, float | None, str] | None:
+    """(earlier, later, what was read) for a measure of the gold; None: the gold has no such measure."""
     pairs = _pairs(columns)
-    default = (next(iter(pairs)), "sum") if pairs else ("", "sum")
-    stem, how = ASSERTED_CHANGE.get(task.provenance.template_id or "", default)
     names = [c.lower() for c in columns]
     if how == "series" and stem in names and rows:
         before, after = _number(rows[0][names.index(stem)]), _number(rows[-1][names.index(stem)])
-        what = f"{stem} from the first to the last row"
-    elif stem in pairs or (stem == "*" and pairs):
+        return before, after, f"{stem} from the first to the last row"
+    if stem in pairs or (stem == "*" and pairs):
         chosen = list(pairs.values()) if stem == "*" else [pairs[stem]]
         picked = rows[:1] if how == "first" else rows
+        if any(_number(r[p[side]]) is None for r in picked for p in chosen for side in (0, 1)):
+            return None, None, f"{stem} ({how} of {len(picked)} row(s))"
         before, after = (sum(_number(r[p[side]]) or 0.0 for r in picked for p in chosen) for side in (0, 1))
-        what = f"{'every prev/this pair' if stem == '*' else stem} ({how} of {len(picked)} row(s))"
-    else:
+        return before, after, f"{'every prev/this pair' if stem == '*' else stem} ({how} of {len(picked)} row(s))"
+    return None
+
+
+def change(task: Task, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Finding]:
+    """An anomaly question without a stated premise (released before v7) asserts a change between two
+    periods: the two must differ."""
+    pairs = _pairs(columns)
+    default = (next(iter(pairs)), "sum") if pairs else ("", "sum")
+    stem, how = ASSERTED_CHANGE.get(task.provenance.template_id or "", default)
+    got = _periods(stem, how, columns, rows)
+    if got is None:
         return [Finding(task.id, "change", "asserts a change, but the gold has no prev/this column pair to check")]
+    before, after, what = got
     if before is None or after is None or math.isclose(before, after, rel_tol=1e-9, abs_tol=1e-9):
         same = f"{before:g} in both periods" if before is not None and after is not None else "NULL in a period"
         return [Finding(task.id, "change", f"asserts a change, but {what} is {same}")]
+    return []
+
+
+def stated(task: Task, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Finding]:
+    """The task's stated premise (models.Premise) on its first gold's result: each unmet part, with the
+    numbers."""
+    premise = task.premise
+    if premise is None:
+        return []
+    criterion = premise.describe()
+    got = _periods(premise.measure, premise.rows, columns, rows)
+    if got is None:
+        return [Finding(task.id, "premise", f"states {criterion}, but the gold has no such measure to check")]
+    before, after, what = got
+    if before is None or after is None:
+        return [Finding(task.id, "premise", f"states {criterion}, but {what} is NULL in a period")]
+    diff = after - before
+    relative = abs(diff) / abs(before) if before else (math.inf if diff else 0.0)
+    moved = f"{what} went from {before:g} to {after:g} ({diff:+g} {premise.unit}".rstrip()
+    moved += f", {diff / before:+.1%})" if before else ")"
+    unmet = []
+    if (premise.direction == "down" and diff >= 0) or (premise.direction == "up" and diff <= 0):
+        unmet.append(f"not {premise.direction}")
+    if relative < premise.min_relative - 1e-9:
+        unmet.append(f"under {premise.min_relative:.0%}")
+    if abs(diff) < premise.min_absolute - 1e-9 or math.isclose(before, after, rel_tol=1e-9, abs_tol=1e-9):
+        unmet.append(f"under {premise.min_absolute:g} {premise.unit}".rstrip() if premise.min_absolute else "no change")
+    if unmet:
+        return [Finding(task.id, "premise", f"states {criterion}, but {moved}: {', '.join(unmet)}")]
     return []
 
 

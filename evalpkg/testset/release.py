@@ -74,8 +74,22 @@ def next_version(tasks_dir: Path) -> str:
     return f"v{int(found[-1][1:]) + 1}" if found else "v1"
 
 
+# Fields added by format 3, left out of a task file while unused, so that earlier releases re-made from
+# their source (migrate, reselect) are the same bytes.
+_FORMAT_3_TASK: dict[str, object] = {"premise": None}
+_FORMAT_3_TURN: dict[str, object] = {"gold_sql": [], "outputs": [], "answer_points": [], "result": None}
+
+
 def task_json(task: Task) -> str:
-    return json.dumps(task.model_dump(mode="json", exclude_defaults=False), ensure_ascii=False, indent=2) + "\n"
+    body = task.model_dump(mode="json", exclude_defaults=False)
+    for key, unused in _FORMAT_3_TASK.items():
+        if body.get(key) == unused:
+            del body[key]
+    for turn in body["turns"]:
+        for key, unused in _FORMAT_3_TURN.items():
+            if turn.get(key) == unused:
+                del turn[key]
+    return json.dumps(body, ensure_ascii=False, indent=2) + "\n"
 
 
 def read_text(path: Path) -> str:

@@ -211,6 +211,9 @@ def _choose(
     kept: set[str] = set()
     for c in chosen:
         task = c.previous or c.task
+        if c.previous is not None and c.previous.premise != c.task.premise:
+            # a kept task states what its template now asserts (checked above, in every world)
+            task = task.model_copy(update={"premise": c.task.premise})
         if c.previous is None:
             task = task.model_copy(update={"id": f"{task.id.rsplit('-', 1)[0]}-{next_number:03d}"})
             next_number += 1

@@ -148,7 +148,9 @@ def validate(
     ]
     with agent_connection(settings) as conn:
         report.snapshot_version = snapshot_version(conn)
-        for i, task in enumerate(rel.tasks, 1):
+        # each task, and each follow-up with its own gold as a task of its own (its gold runs, declares its outputs)
+        turns = [(i, whole.turn_task(t)) for i, whole in enumerate(rel.tasks, 1) for t in whole.graded_turns()]
+        for i, task in turns:
             columns: list[list[str]] | None = []
             for sql in task.gold_sql:
                 report.gold_queries += 1
@@ -163,7 +165,7 @@ def validate(
                     report.problems.append(f"{task.id}: gold SQL returned no rows (result.empty_expected is false)")
                 _check_determinism(report, conn, task, sql, rows)
             report.problems += output_problems(task, columns)
-            if i % 50 == 0:
+            if i % 50 == 0 and task is rel.tasks[i - 1]:
                 progress(f"checked {i}/{len(rel.tasks)} tasks")
     progress("running the trap mutations and premise checks")
     _, report.trap_outcomes, report.premise_findings = discrimination(settings, rel.tasks)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from evalpkg.sql.executor import QueryFailed, QueryResult
-from evalpkg.testset import premises
+from evalpkg.testset import build, premises, release
 from evalpkg.testset.models import Task
+from evalpkg.testset.params import Value, _month
 from tests.testset.test_models_and_fingerprints import task_dict
 
 TOP = "select ksmc, count(*) as n from emr.t_zy_visit v join emr.dict_dept d using (ksdm) group by 1 order by 2 desc, 1"
@@ -227,3 +230,165 @@ def test_check_skips_golds_that_fail_and_finds_the_rest() -> None:
 
     found = premises.check([broken, top], run)
     assert {(f.task_id, f.check) for f in found} == {("st-top-001", "top_n"), ("st-top-001", "all_zero")}
+
+
+# --- stated premises (models.Premise): the criterion a template's question asserts ---
+
+VISITS = ["prev_visits", "this_visits"]
+SUBSTANTIAL = {"kind": "change", "measure": "visits", "min_relative": 0.25, "min_absolute": 10, "unit": "visits"}
+
+
+def stating(premise: dict[str, Any], tid: str = "anom-stated-001") -> Task:
+    return task(tid, type="anomaly", premise=premise)
+
+
+@pytest.mark.parametrize(
+    ("premise", "columns", "rows", "unmet", "why"),
+    [
+        (SUBSTANTIAL, VISITS, [[44, 38]], "under 25%, under 10 visits", "44 -> 38 (-14%) is a normal monthly swing"),
+        (SUBSTANTIAL, VISITS, [[44, 20]], "", "44 -> 20 (-55%, 24 visits) is substantial"),
+        (SUBSTANTIAL, VISITS, [[8, 2]], "under 10 visits", "-75% on 8 visits is below the count"),
+        (SUBSTANTIAL, VISITS, [[200, 185]], "under 25%", "15 visits are 7.5% of 200"),
+        (SUBSTANTIAL, VISITS, [[40, 50]], "", "exactly 25% and 10 visits meet 'at least'"),
+        (SUBSTANTIAL, VISITS, [[0, 12]], "", "from 0: any rise is relative enough; 12 visits meet the count"),
+        (SUBSTANTIAL, VISITS, [[None, 12]], "NULL", "a NULL period cannot show the change"),
+        ({**SUBSTANTIAL, "direction": "down"}, VISITS, [[30, 45]], "not down", "'dropped' but it rose"),
+        ({**SUBSTANTIAL, "direction": "down"}, VISITS, [[45, 30]], "", "'dropped' and it fell 33%"),
+        ({**SUBSTANTIAL, "direction": "up"}, VISITS, [[45, 30]], "not up", "'rose' but it fell"),
+        ({"kind": "change", "measure": "visits"}, VISITS, [[5, 5]], "no change", "no thresholds: still a change"),
+        (
+            {**SUBSTANTIAL, "measure": "*"},
+            ["mz_prev", "mz_this", "zy_prev", "zy_this"],
+            [[30, 45, 10, 5]],
+            "",
+            "'*' sums every pair: 40 -> 50",
+        ),
+        (
+            {**SUBSTANTIAL, "rows": "first", "measure": "los", "min_absolute": 0.5, "min_relative": 0.1},
+            ["dept", "prev_los", "cur_los"],
+            [["全院", 8.0, 8.2], ["a", 4.0, 9.0]],
+            "under 10%",
+            "'first' reads the total row only, not the department that moved",
+        ),
+        (
+            {"kind": "change", "measure": "raw_mean", "rows": "series", "direction": "down", "min_relative": 0.25},
+            ["month", "raw_mean"],
+            [["2020-01", 105.7], ["2020-06", 100.0], ["2021-12", 11.5]],
+            "",
+            "'series' compares the first and the last row",
+        ),
+        (SUBSTANTIAL, ["month", "n"], [["2020-01", 1]], "no such measure", "the gold lacks the stated measure"),
+    ],
+)
+def test_a_stated_premise_holds_only_when_the_data_meet_it(
+    premise: dict[str, Any], columns: list[str], rows: list[list[Any]], unmet: str, why: str
+) -> None:
+    got = premises.stated(stating(premise), columns, rows)
+    if unmet:
+        assert len(got) == 1 and got[0].check == "premise" and unmet in got[0].detail, (why, got)
+    else:
+        assert got == [], why
+
+
+def test_a_failed_premise_names_the_criterion_and_the_numbers() -> None:
+    (found,) = premises.stated(stating(SUBSTANTIAL), VISITS, [[44, 38]])
+    for part in ("anom-stated-001", "at least 25%", "at least 10 visits", "from 44 to 38", "-6 visits", "-13.6%"):
+        assert part in found.line(), (part, found.line())
+
+
+def test_check_holds_a_stated_premise_instead_of_the_bare_change() -> None:
+    stated_task = task("anom-stated-001", type="anomaly", premise=SUBSTANTIAL, gold_sql=["select 1 as stated"])
+    legacy = anomaly("anomaly_outpatient_by_dept_month")  # released before v7: no premise, any change
+    # a non-anomaly question may assert something too ("dropped"): its stated premise is held as well
+    other = task("ts-stated-001", premise=SUBSTANTIAL, gold_sql=["select 2 as other"])
+
+    def run(sql: str) -> QueryResult:
+        return result(VISITS, [[44, 38]])
+
+    found = {(f.task_id, f.check) for f in premises.check([stated_task, legacy, other], run)}
+    assert ("anom-stated-001", "premise") in found and ("ts-stated-001", "premise") in found
+    assert ("anom-stated-001", "change") not in found  # the stated criterion replaces the bare check
+    assert ("anom-sample-001", "change") not in found and ("anom-sample-001", "premise") not in found  # 44 != 38
+
+
+@pytest.mark.parametrize(
+    ("rows", "refused", "why"),
+    [([(44, 38)], True, "a 14% swing fails the stated 25% / 10 visits"), ([(44, 20)], False, "a 55% fall meets it")],
+)
+def test_build_and_reselect_pass_over_a_choice_whose_premise_fails(
+    monkeypatch: pytest.MonkeyPatch, rows: list[tuple[int, int]], refused: bool, why: str
+) -> None:
+    # check_gold is what build, reselect and try-templates use to decide whether a choice is usable
+    monkeypatch.setattr(build, "run_gold", lambda conn, sql, *a, **k: rows)
+    choice = stating(SUBSTANTIAL).model_copy(update={"gold_sql": ["select 44 as prev_visits, 38 as this_visits"]})
+    reason = build.check_gold(None, choice, set(), {})
+    assert (reason is not None) is refused, (why, reason)
+    if reason:
+        assert "anom-stated-001" in reason and "at least 25%" in reason and "from 44 to 38" in reason
+
+
+def test_validation_holds_a_released_task_to_its_stated_premise(tmp_path: Path) -> None:
+    """A task carries its template's premise into the release, so `validate` (premises.check in each
+    reference world) refuses it where the data do not meet it."""
+    spec = build.load_templates()
+    t = next(t for t in spec.templates if t.id == "anomaly_outpatient_by_dept_month")
+    assert t.premise is not None and t.premise.min_relative == 0.25 and t.premise.min_absolute == 10
+    made = build.instantiate(t, {"month": Value("2022-08", _month(2022, 8))}, 1)
+    assert made.premise == t.premise
+    on_disk = Task.model_validate_json(release.task_json(made))
+    assert on_disk.premise == t.premise  # released with it
+
+    def world(sql: str) -> QueryResult:  # the analysts' month: 44 visits, then 38
+        return result(["ksmc", "prev_month", "this_month", "change"], [["a", 30, 27, -3], ["b", 14, 11, -3]])
+
+    (found,) = premises.check([on_disk], world)
+    assert found.check == "premise" and "from 44 to 38" in found.detail
+
+
+def _aliases(sql: str) -> list[str]:
+    return re.findall(r"\bas (\w+)\b", sql)
+
+
+# The files this check covers: v1's templates (criteria added in v7) and the v7 anomaly batch.
+OWN_FILES = ("templates_v1.json", "templates/v7_anomaly.json")
+ANOMALY_TEMPLATES = [t for f in OWN_FILES for t in build.load_templates(f).templates if t.type.value == "anomaly"]
+
+
+@pytest.mark.parametrize("template", ANOMALY_TEMPLATES, ids=lambda t: t.id)
+def test_every_anomaly_template_states_a_premise_its_gold_can_show(template: build.Template) -> None:
+    premise = template.premise
+    assert premise is not None, f"{template.id}: an anomaly question asserts a change; state its criterion"
+    assert premise.min_relative or premise.min_absolute or premise.direction != "any", template.id
+    aliases = _aliases(template.gold_sql[0])
+    if premise.rows == "series":
+        assert premise.measure in aliases, template.id
+    elif premise.measure == "*":
+        assert premises._pairs(aliases), template.id
+    else:
+        assert premise.measure in premises._pairs(aliases), (template.id, aliases)
+
+
+@pytest.mark.parametrize(
+    ("sql", "rows", "thin", "why"),
+    [
+        (
+            "select ksdm, count(*) as n from emr.t_zy_visit group by ksdm order by ksdm",
+            [("0101", 3), ("0102", 4)],
+            True,
+            "two groups of a grouped result: too thin to be stable in other worlds",
+        ),
+        (
+            "with m as (select ksdm, count(*) as n from emr.t_zy_visit group by ksdm) "
+            "select ksdm, n from m order by n desc, ksdm limit 1",
+            [("0101", 4)],
+            False,
+            "a grouped CTE read down to its sharpest row is one answer, not a thin series",
+        ),
+    ],
+)
+def test_only_a_grouped_result_is_held_to_the_thin_series_rule(
+    monkeypatch: pytest.MonkeyPatch, sql: str, rows: list[tuple[Any, ...]], thin: bool, why: str
+) -> None:
+    monkeypatch.setattr(build, "run_gold", lambda conn, sql, *a, **k: rows)
+    reason = build.check_gold(None, task(gold_sql=[sql], answer_points=[]), set(), {})
+    assert (reason is not None and "too thin" in reason) is thin, (why, reason)
