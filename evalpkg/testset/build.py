@@ -155,8 +155,13 @@ def instantiate(t: Template, combo: dict[str, Value], number: int) -> Task:
     params = {name: v.obj for name, v in combo.items()}
     r = render(t.model_dump(mode="json"), params)
     return Task(
-        # the oldest format that holds it: a task without follow-up golds stays readable by format-2 code
-        format_version=TASK_FORMAT_VERSION if any(turn.get("gold_sql") for turn in r["turns"]) else OUTPUTS_FORMAT,
+        # the oldest format that holds it: a task without follow-up golds or a premise stays readable by
+        # format-2 code
+        format_version=(
+            TASK_FORMAT_VERSION
+            if t.premise is not None or any(turn.get("gold_sql") for turn in r["turns"])
+            else OUTPUTS_FORMAT
+        ),
         id=f"{TYPE_PREFIX[t.type]}-{t.id}-{number:03d}",
         type=t.type,
         difficulty=t.difficulty,

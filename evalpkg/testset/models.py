@@ -8,7 +8,7 @@ from typing import Annotated, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # 2: a task may declare its outputs and what each question variant asks for; 3: a follow-up turn may carry
-# its own gold (graded on its own); format 1 and 2 files still load.
+# its own gold (graded on its own), and a task may state its premise; format 1 and 2 files still load.
 TASK_FORMAT_VERSION: Final = 3
 OUTPUTS_FORMAT: Final = 2  # the first format where a task declares its outputs
 
@@ -223,6 +223,8 @@ class Task(Strict):
             raise ValueError("turn 0 is the question itself (user: null)")
         if self.format_version == 1 and (self.outputs or any(v.asks for v in self.variants)):
             raise ValueError("outputs and variant asks need format_version 2")
+        if self.premise is not None and self.format_version < TASK_FORMAT_VERSION:
+            raise ValueError("a stated premise needs format_version 3")
         if self.turns[0].gold_sql or self.turns[0].outputs or self.turns[0].answer_points or self.turns[0].result:
             raise ValueError("turn 0 is graded on the task's gold: its own gold_sql, outputs, answer_points stay empty")
         graded = [i for i, t in enumerate(self.turns) if t.gold_sql]

@@ -24,6 +24,7 @@ from evalpkg.settings import Settings
 from evalpkg.testset import premises, release, traps, worlds
 from evalpkg.testset.build import check_gold, instantiate, load_templates
 from evalpkg.testset.gold import agent_connection, snapshot_version
+from evalpkg.testset.models import TASK_FORMAT_VERSION
 from evalpkg.testset.params import chosen, domains
 from evalpkg.testset.validate import gold_executor
 
@@ -213,7 +214,7 @@ def _choose(
         task = c.previous or c.task
         if c.previous is not None and c.previous.premise != c.task.premise:
             # a kept task states what its template now asserts (checked above, in every world)
-            task = task.model_copy(update={"premise": c.task.premise})
+            task = task.model_copy(update={"premise": c.task.premise, "format_version": TASK_FORMAT_VERSION})
         if c.previous is None:
             task = task.model_copy(update={"id": f"{task.id.rsplit('-', 1)[0]}-{next_number:03d}"})
             next_number += 1

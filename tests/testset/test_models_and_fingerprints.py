@@ -61,6 +61,20 @@ def test_round_trip_is_lossless() -> None:
         ({"id": "Bad Id"}, "String should match pattern"),
         ({"tags": ["made_up"]}, "Input should be"),
         ({"extra_field": 1}, "Extra inputs are not permitted"),
+        (  # format-2 readers do not know the field: a file that carries it says it is format 3
+            {"format_version": 2, "premise": {"kind": "change", "measure": "visits", "min_relative": 0.25}},
+            "a stated premise needs format_version 3",
+        ),
+        (
+            {
+                "format_version": 2,
+                "turns": [
+                    *task_dict()["turns"],
+                    {"user": {"zh": "再按科室", "en": "by dept"}, "expected_tool_calls": [], "gold_sql": ["select 1"]},
+                ],
+            },
+            "carries its own gold: that needs format_version 3",
+        ),
     ],
 )
 def test_inconsistent_tasks_are_rejected(overrides: dict[str, Any], message: str) -> None:
