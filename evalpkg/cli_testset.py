@@ -42,6 +42,7 @@ def validate(
     """Schema, manifest, uniqueness, coverage, every gold SQL, trap mutations and premises on the current eval
     snapshot, where trap bites and premises are reported; with --reference-worlds, in the worlds a release
     makes its claims for, where they fail releases from v4 on."""
+    from evalpkg.testset import release
     from evalpkg.testset.validate import raise_on_problems, validate_reference
     from evalpkg.testset.validate import validate as run
 
@@ -50,7 +51,7 @@ def validate(
         report = run(settings, version, progress=_log)
         for line in report.findings() if findings else []:
             typer.echo(line)
-        checks = _gold_plans(settings, version)
+        checks = _gold_plans(settings, release.load(settings.tasks_dir, version).tasks)
         report.problems += [f"{c.task.id}: gold plan: {c.reason}" for c in checks if c.reason and c.plan is not None]
         for c in checks if findings else []:
             if c.reason and c.plan is None:
@@ -108,7 +109,7 @@ def stats(version: Annotated[str | None, typer.Argument()] = None) -> None:
     else:
         typer.echo(f"review: no task annotated twice ({len(reviews)} with the generator's record only)")
     _remeasured_agreement()
-    _plan_coverage(_gold_plans(get_settings(), rel.version))
+    _plan_coverage(_gold_plans(get_settings(), rel.tasks))
 
 
 def _shapes(tasks: list[Task]) -> None:
@@ -138,11 +139,10 @@ def _shapes(tasks: list[Task]) -> None:
     )
 
 
-def _gold_plans(settings: Settings, version: str | None) -> list[GoldPlanCheck]:
-    """Every answerable task's gold plan compiled and graded on the snapshot (the plan strategy's oracle)."""
+def _gold_plans(settings: Settings, tasks: list[Task]) -> list[GoldPlanCheck]:
+    """Each answerable task's gold plan compiled and graded on the snapshot (the plan strategy's oracle)."""
     from evalpkg.agent.plan.gold import check_gold_plans
     from evalpkg.agent.schema import Catalog
-    from evalpkg.testset import release
     from evalpkg.testset.gold import agent_connection
     from evalpkg.testset.validate import gold_executor
 
@@ -150,7 +150,7 @@ def _gold_plans(settings: Settings, version: str | None) -> list[GoldPlanCheck]:
         catalog = Catalog.load(conn)
     executor = gold_executor(settings)
     try:
-        return check_gold_plans(release.load(settings.tasks_dir, version).tasks, catalog, executor)
+        return check_gold_plans(tasks, catalog, executor)
     finally:
         executor.close()
 
@@ -219,11 +219,16 @@ def try_templates(
     from pathlib import Path
 
     from evalpkg.testset import worlds as reference
+    from evalpkg.testset.try_templates import README_WORLD, Problem
     from evalpkg.testset.try_templates import try_templates as run
 
-    tried = run(
-        get_settings(), Path(file), reference=reference.WORLDS if reference_worlds else (), seed=seed, progress=_log
-    )
+    settings = get_settings()
+    tried = run(settings, Path(file), reference=reference.WORLDS if reference_worlds else (), seed=seed, progress=_log)
+    for one in tried:  # every graded turn's gold plan, follow-ups' too
+        turns = [task.turn_task(i) for task in one.tasks for i in task.graded_turns()]
+        one.problems += [
+            Problem(c.task.id, README_WORLD, f"gold plan: {c.reason}") for c in _gold_plans(settings, turns) if c.reason
+        ]
     for one in tried:
         typer.echo(one.summary())
         for problem in one.problems:

@@ -145,6 +145,28 @@ def state_is_a_file(scratch: Path) -> Path:
     return path
 
 
+def with_template_file(content: str) -> Callable[[Path], Path]:
+    """A state directory holding templates.json (a draft template file for try-templates)."""
+
+    def make(scratch: Path) -> Path:
+        path = scratch / "state"
+        path.mkdir()
+        (path / "templates.json").write_text(content, encoding="utf-8")
+        return path
+
+    return make
+
+
+ONE_TEMPLATE = '{"format_version": 1, "templates": [{"id": "draft_one", "type": "single_table", "difficulty": "easy"}]}'
+# a whole template of v1, in a draft file of its own
+TWICE = json.dumps(
+    {
+        "format_version": 1,
+        "templates": json.loads((PROJECT_ROOT / "evalpkg/testset/templates_v1.json").read_text())["templates"][:1],
+    }
+)
+
+
 def state_under_locked_dir(scratch: Path) -> Path:
     """Not writable for its owner (non-root) and not reachable for the 'postgres' user (root)."""
     locked = scratch / "locked"
@@ -257,6 +279,15 @@ CASES = [
     bad("adjudicate-before-annotation", "testset adjudicate --from v1", 1, "no second annotation of v1"),
     bad("annotate-missing-file", "testset annotate --file $state/none.json", 1, "$state/none.json: No such file"),
     bad("annotate-missing-option", "testset annotate", 2, "Missing option '--file'"),
+    bad("try-templates-no-such-file", "testset try-templates $state/none.json", 1, "$state/none.json: no such template file",
+        state=with_template_file("{}")),
+    bad("try-templates-not-json", "testset try-templates $state/templates.json", 1, "not a readable JSON file",
+        state=with_template_file("{")),
+    bad("try-templates-template-missing-a-field", "testset try-templates $state/templates.json", 1,
+        "template draft_one: field count: Field required", state=with_template_file(ONE_TEMPLATE)),
+    bad("try-templates-id-defined-elsewhere", "testset try-templates $state/templates.json", 1,
+        "template outpatient_visits_dept_quarter is defined in another template file already",
+        state=with_template_file(TWICE)),
     bad("arbitrate-unknown-outcome", "testset review --arbitrate st-x-001 --outcome maybe --reviewer a --note n", 2,
         "--outcome: must be one of gold_upheld, gold_fixed"),
     bad("arbitrate-no-disagreement", "testset review --arbitrate st-x-001 --outcome dropped --reviewer a --note n", 2,

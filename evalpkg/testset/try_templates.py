@@ -1,10 +1,10 @@
 """`evalpkg testset try-templates FILE`: one template file checked end to end without cutting a release.
 
 Each template is filled on the README world the way `build` fills it (build.fill: the seed's order of
-parameter choices, check_gold, output_problems), each task's gold plan is compiled and graded against its
-gold (agent.plan.gold.check_gold_plans), and with reference worlds the made tasks are held to a release's
+parameter choices, check_gold, output_problems), and with reference worlds the made tasks are held to a release's
 claims in each of them: the gold is usable there (check_gold), every tagged trap bites and every premise
-holds (validate.discrimination), as `validate --reference-worlds` and `reselect` hold a release.
+holds (validate.discrimination), as `validate --reference-worlds` and `reselect` hold a release. (The
+command also grades each made task's gold plans: the plan compiler lives in agent/, a layer below.)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from evalpkg.testset import build, worlds
 from evalpkg.testset.build import Template, TemplateFile, _template_file, check_gold, fill
 from evalpkg.testset.gold import agent_connection
 from evalpkg.testset.params import domains
-from evalpkg.testset.validate import discrimination, gold_executor
+from evalpkg.testset.validate import discrimination
 
 if TYPE_CHECKING:
     from evalpkg.settings import Settings
@@ -108,15 +108,11 @@ def try_templates(
     progress: Progress = quiet,
 ) -> list[Tried]:
     """Every template of the file tried on the README world; with `reference`, in each of those worlds."""
-    from evalpkg.agent.plan.gold import check_gold_plans
-    from evalpkg.agent.schema import Catalog
-
     tried = [Tried(t) for t in load_file(path).templates]
     seen: set[str] = set()
     with agent_connection(settings) as conn:
         with conn.transaction():
             domain = domains(conn)
-        catalog = Catalog.load(conn)
         for one in tried:
             t = one.template
             try:
@@ -129,15 +125,6 @@ def try_templates(
                 reason = f"made {len(one.tasks)} of {t.count} tasks ({len(one.skipped)} choices passed over{why})"
                 one.problems.append(Problem(t.id, README_WORLD, reason))
             progress(f"{t.id}: {len(one.tasks)}/{t.count} on the {README_WORLD}")
-    executor = gold_executor(settings)
-    try:
-        for one in tried:
-            turns = [task.turn_task(i) for task in one.tasks for i in task.graded_turns()]  # follow-ups' golds too
-            for c in check_gold_plans(turns, catalog, executor):
-                if c.reason:
-                    one.problems.append(Problem(c.task.id, README_WORLD, f"gold plan: {c.reason}"))
-    finally:
-        executor.close()
     for world, scratch in worlds.each(settings, reference, progress=progress):
         _check_world(scratch, world, tried)
         progress(f"checked {sum(len(o.tasks) for o in tried)} task(s) in {world.label()}")
