@@ -297,7 +297,9 @@ def test_a_failed_premise_names_the_criterion_and_the_numbers() -> None:
 
 
 def test_check_holds_a_stated_premise_instead_of_the_bare_change() -> None:
-    stated_task = task("anom-stated-001", type="anomaly", premise=SUBSTANTIAL, format_version=3, gold_sql=["select 1 as stated"])
+    stated_task = task(
+        "anom-stated-001", type="anomaly", premise=SUBSTANTIAL, format_version=3, gold_sql=["select 1 as stated"]
+    )
     legacy = anomaly("anomaly_outpatient_by_dept_month")  # released before v7: no premise, any change
     # a non-anomaly question may assert something too ("dropped"): its stated premise is held as well
     other = task("ts-stated-001", premise=SUBSTANTIAL, format_version=3, gold_sql=["select 2 as other"])
