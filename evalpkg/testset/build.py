@@ -109,11 +109,9 @@ class BuildReport:
 TEMPLATE_FILES = "templates"  # evalpkg/testset/templates/*.json: templates added after v1, one file per batch
 
 
-def load_templates(name: str | None = None) -> TemplateFile:
-    """Every template: templates_v1.json and the files under templates/ (or one file, by name)."""
+def template_files() -> list[tuple[str, Any]]:
+    """(label, path) of every installed template file: templates_v1.json, then templates/*.json by name."""
     package = resources.files("evalpkg.testset")
-    if name is not None:
-        return _template_file(package.joinpath(name), name)
     later = package.joinpath(TEMPLATE_FILES)
     files = [("templates_v1.json", package.joinpath("templates_v1.json"))]
     if later.is_dir():
@@ -122,9 +120,16 @@ def load_templates(name: str | None = None) -> TemplateFile:
             for p in sorted(later.iterdir(), key=lambda p: p.name)
             if p.name.endswith(".json")
         ]
+    return files
+
+
+def load_templates(name: str | None = None) -> TemplateFile:
+    """Every template: templates_v1.json and the files under templates/ (or one file, by name)."""
+    if name is not None:
+        return _template_file(resources.files("evalpkg.testset").joinpath(name), name)
     templates: list[Template] = []
     seen: dict[str, str] = {}
-    for label, path in files:
+    for label, path in template_files():
         for t in _template_file(path, label).templates:
             if t.id in seen:
                 raise ConfigError(f"{label}: template {t.id} is defined in {seen[t.id]} already")

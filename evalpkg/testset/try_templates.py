@@ -94,9 +94,12 @@ def _parse(path: Path) -> TemplateFile:
 def _installed_ids(except_name: str) -> set[str]:
     """The ids the installed template files define, but for the one of this name (the file tried, or the
     installed version of the draft tried)."""
-    folder = Path(build.__file__).parent
-    files = [folder / "templates_v1.json", *sorted((folder / build.TEMPLATE_FILES).glob("*.json"))]
-    return {t.id for f in files if f.name != except_name for t in _template_file(f, f.name).templates}
+    return {
+        t.id
+        for label, path in build.template_files()
+        if path.name != except_name
+        for t in _template_file(path, label).templates
+    }
 
 
 def try_templates(
