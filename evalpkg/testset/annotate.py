@@ -55,6 +55,8 @@ class Annotation(BaseModel):
     written_from: str = "the colloquial and plain questions (zh, en) and the data dictionary"
     templates: dict[str, Written] = {}  # template id -> SQL with the template's {param.field} placeholders
     tasks: dict[str, Written] = {}  # task id -> SQL (ticket tasks, or where one task differs)
+    # template id -> SQL per follow-up turn with its own gold, in order (placeholders as in `templates`)
+    followups: dict[str, list[Written]] = {}
 
 
 class TaskAgreement(BaseModel):
@@ -122,7 +124,11 @@ def measure_tasks(
         gold = GoldCache(executor)
         for i, task in enumerate(tasks, 1):
             sql = _sql_for(task, annotation, domain)
-            results.append(_compare(task, sql, gold, executor))
+            turns = [_compare(task, sql, gold, executor)]
+            for k, i in enumerate(task.graded_turns()[1:]):
+                written = _followup_for(task, k, annotation, domain)
+                turns.append(_compare(task.turn_task(i), written, gold, executor))
+            results.append(_dialogue(task.graded_turns(), turns))
             if i % 50 == 0:
                 progress(f"compared {i}/{len(tasks)} tasks")
     finally:
@@ -154,7 +160,19 @@ def remeasured(settings: Settings) -> list[AgreementFile]:
 def _sql_for(task: Task, annotation: Annotation, domain: dict[str, list[Value]]) -> Written | None:
     """The annotator's SQL for this task (a template's, with the task's parameters filled in)."""
     written = annotation.tasks.get(task.id) or annotation.templates.get(task.provenance.template_id or "")
-    if written is None or written.sql is None or task.id in annotation.tasks:
+    if task.id in annotation.tasks:
+        return written
+    return _filled(task, written, domain)
+
+
+def _followup_for(task: Task, k: int, annotation: Annotation, domain: dict[str, list[Value]]) -> Written | None:
+    """The annotator's SQL for the task's k-th follow-up turn with its own gold (0 = the first)."""
+    written = annotation.followups.get(task.provenance.template_id or "", [])
+    return _filled(task, written[k], domain) if k < len(written) else None
+
+
+def _filled(task: Task, written: Written | None, domain: dict[str, list[Value]]) -> Written | None:
+    if written is None or written.sql is None:
         return written
     params = {name: v.obj for name, v in chosen(domain, task.provenance.params, task.id).items()}
     try:
@@ -162,6 +180,16 @@ def _sql_for(task: Task, annotation: Annotation, domain: dict[str, list[Value]])
     except (KeyError, AttributeError, IndexError, ValueError) as exc:
         template = task.provenance.template_id
         raise DataError(f"annotation of template {template}: placeholder {exc} is not a parameter field") from exc
+
+
+def _dialogue(indices: list[int], turns: list[TaskAgreement]) -> TaskAgreement:
+    """One task's agreement over its graded turns: the share of (turn, variant) comparisons that match,
+    each differing turn named."""
+    if len(turns) == 1:
+        return turns[0]
+    share = sum(t.agreement for t in turns) / len(turns)
+    differing = [f"turn {i}: {t.detail}" for i, t in zip(indices, turns, strict=True) if t.agreement < 1.0]
+    return TaskAgreement(task_id=turns[0].task_id, agreement=share, detail="; ".join(differing) or "match")
 
 
 def _compare(task: Task, written: Written | None, gold: GoldCache, executor: ReadOnlyExecutor) -> TaskAgreement:

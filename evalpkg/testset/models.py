@@ -121,17 +121,27 @@ class Premise(Strict):
     world ("changed substantially": at least 25% and at least 10 visits). A choice of parameters that
     fails it is not used; validate checks it on released tasks."""
 
-    kind: Literal["change"]  # two periods of one measure differ by at least the stated amounts
+    # change: two periods of one measure differ by at least the stated amounts; none: the question is
+    # worded so that it asserts nothing about the data ("how did X compare with last month?")
+    kind: Literal["change", "none"]
     # the measure: a stem of prev_/this_ (or _prev/_this) gold columns, "*" every pair summed; with
     # rows "series" a plain column read on the first and the last row
-    measure: Annotated[str, Field(min_length=1)]
+    measure: str = ""
     rows: Literal["sum", "first", "series"] = "sum"  # summed over the rows; the first (a total row); series
     direction: Literal["any", "down", "up"] = "any"  # "dropped": down
     min_relative: float = Field(default=0, ge=0)  # |later - earlier| / earlier, 0.25 = 25%
     min_absolute: float = Field(default=0, ge=0)  # |later - earlier|, in the measure's unit
     unit: str = ""  # the measure's unit, for the findings ("visits", "days", "percentage points")
 
+    @model_validator(mode="after")
+    def _change_names_its_measure(self) -> Premise:
+        if self.kind == "change" and not self.measure:
+            raise ValueError("a change premise names its measure")
+        return self
+
     def describe(self) -> str:
+        if self.kind == "none":
+            return "nothing about the data"
         what = "the total of every prev/this pair" if self.measure == "*" else self.measure
         kind = {"any": "a change", "down": "a fall", "up": "a rise"}[self.direction]
         parts = [f"{kind} of {what}"]

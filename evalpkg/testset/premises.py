@@ -157,7 +157,7 @@ def stated(task: Task, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
     """The task's stated premise (models.Premise) on its first gold's result: each unmet part, with the
     numbers."""
     premise = task.premise
-    if premise is None:
+    if premise is None or premise.kind == "none":
         return []
     criterion = premise.describe()
     got = _periods(premise.measure, premise.rows, columns, rows)

@@ -212,9 +212,13 @@ def _choose(
     kept: set[str] = set()
     for c in chosen:
         task = c.previous or c.task
-        if c.previous is not None and c.previous.premise != c.task.premise:
-            # a kept task states what its template now asserts (checked above, in every world)
-            task = task.model_copy(update={"premise": c.task.premise, "format_version": TASK_FORMAT_VERSION})
+        reworded = c.previous is not None and c.previous.variants != c.task.variants
+        if c.previous is not None and (reworded or c.previous.premise != c.task.premise):
+            # a kept task asks and asserts what its template now does (checked above, in every world)
+            update: dict[str, object] = {"premise": c.task.premise, "variants": c.task.variants}
+            if c.task.premise is not None:
+                update["format_version"] = TASK_FORMAT_VERSION
+            task = task.model_copy(update=update)
         if c.previous is None:
             task = task.model_copy(update={"id": f"{task.id.rsplit('-', 1)[0]}-{next_number:03d}"})
             next_number += 1
@@ -237,8 +241,11 @@ def _choose(
             plan.changes.added[task.id] = f"template {group} with {params}" + (f" ({why}: tag dropped)" if lost else "")
         else:
             kept.add(task.id)
-            if lost:
-                plan.changes.changed[task.id] = f"{why}: tag dropped"
+            said = [f"{why}: tag dropped"] if lost else []
+            if reworded:
+                said.append("reworded as its template now asks")
+            if said:
+                plan.changes.changed[task.id] = "; ".join(said)
     by_params = {c.params: c for c in candidates}
     for task in current:
         if task.id in kept:

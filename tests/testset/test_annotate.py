@@ -13,10 +13,14 @@ from evalpkg.settings import PROJECT_ROOT, Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import annotate, release
 from evalpkg.testset.annotate import Annotation, Written
+from evalpkg.testset.build import fill, load_templates
+from evalpkg.testset.gold import agent_connection
 from evalpkg.testset.models import Annotator, Task
+from evalpkg.testset.params import domains
 
 DISCHARGES = "select count(*) as discharges from emr.t_zy_visit where visit_type = 'ZY' and cyrq >= '{quarter.start}' and cyrq < '{quarter.end}'"
 ANNOTATOR = Annotator(role="analyst", id="analyst-2")
+FOLLOWUP_FILE = "templates/v7_followups.json"
 
 # outpatient visits where the gold counts stays; both agree the BMI question is unanswerable
 WRONG = Annotation(
@@ -131,3 +135,54 @@ def test_adjudication_records_both_annotators_and_applies_the_outcomes(
         assert (task.review.arbitration is not None) == (agreement[task.id] < 1.0), task.id
     assert out[upheld].review.arbitration == "gold_upheld by clinician-1: discharges, not outpatient visits"
     assert "before arbitration" in (tmp_path / release.CHANGELOG).read_text(encoding="utf-8")
+
+
+FOLLOWUP_TEMPLATE = "fu_admissions_year"
+
+
+@pytest.fixture(scope="module")
+def followup_tasks(synced: SyncReport, generated: Settings) -> list[Task]:
+    """The tasks of one three-turn follow-up template, filled on the test snapshot as build fills them."""
+    with agent_connection(generated) as conn:
+        with conn.transaction():
+            domain = domains(conn)
+        [template] = [t for t in load_templates(FOLLOWUP_FILE).templates if t.id == FOLLOWUP_TEMPLATE]
+        made, _ = fill(conn, template, domain, seed=1, seen=set())
+    assert made and all(t.graded_turns() == [0, 1, 2] for t in made)
+    return made
+
+
+def _template_sql() -> tuple[str, list[str]]:
+    [t] = [t for t in load_templates(FOLLOWUP_FILE).templates if t.id == FOLLOWUP_TEMPLATE]
+    return t.gold_sql[0], [turn["gold_sql"][0] for turn in t.turns[1:]]
+
+
+# (what the annotator wrote per follow-up turn, expected agreement, the turn named as differing, why)
+FOLLOWUP_CASES: list[tuple[str, float, str, str]] = [
+    ("gold", 1.0, "", "every turn as the gold: the dialogue agrees"),
+    ("second_turn_men", 2 / 3, "turn 2", "the narrower population read as men: only that turn differs"),
+    ("first_turn_missing", 1 / 3, "turn 1: not annotated", "follow-ups not written: each counts as a disagreement"),
+]
+
+
+@pytest.mark.parametrize(("case", "expected", "named", "why"), FOLLOWUP_CASES, ids=[c[3] for c in FOLLOWUP_CASES])
+def test_follow_up_turns_are_measured_each_on_their_own_gold(
+    generated: Settings, followup_tasks: list[Task], case: str, expected: float, named: str, why: str
+) -> None:
+    first, later = _template_sql()
+    followups = {
+        "gold": [Written(sql=s) for s in later],
+        "second_turn_men": [Written(sql=later[0]), Written(sql=later[1].replace("xb = 2", "xb = 1"))],
+        "first_turn_missing": [],
+    }[case]
+    assert case != "second_turn_men" or "xb = 2" in later[1], "the template's turn 2 no longer filters women"
+    annotation = Annotation(
+        annotator=ANNOTATOR,
+        templates={FOLLOWUP_TEMPLATE: Written(sql=first)},
+        followups={FOLLOWUP_TEMPLATE: followups},
+    )
+    measured = annotate.measure_tasks(generated, annotation, followup_tasks, "followups")
+    assert [t.task_id for t in measured.tasks] == [t.id for t in followup_tasks]
+    for got in measured.tasks:
+        assert got.agreement == pytest.approx(expected), (why, got)
+        assert (named in got.detail) if named else got.detail == "match", (why, got.detail)

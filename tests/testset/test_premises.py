@@ -10,7 +10,7 @@ import pytest
 
 from evalpkg.sql.executor import QueryFailed, QueryResult
 from evalpkg.testset import build, premises, release
-from evalpkg.testset.models import Task
+from evalpkg.testset.models import Premise, Task
 from evalpkg.testset.params import Value, _month
 from tests.testset.test_models_and_fingerprints import task_dict
 
@@ -278,6 +278,8 @@ def stating(premise: dict[str, Any], tid: str = "anom-stated-001") -> Task:
             "'series' compares the first and the last row",
         ),
         (SUBSTANTIAL, ["month", "n"], [["2020-01", 1]], "no such measure", "the gold lacks the stated measure"),
+        ({"kind": "none"}, VISITS, [[44, 44]], "", "worded to assert nothing: the same count in both periods is fine"),
+        ({"kind": "none"}, ["month", "n"], [["2020-01", 1]], "", "asserting nothing needs no measure to check"),
     ],
 )
 def test_a_stated_premise_holds_only_when_the_data_meet_it(
@@ -288,6 +290,11 @@ def test_a_stated_premise_holds_only_when_the_data_meet_it(
         assert len(got) == 1 and got[0].check == "premise" and unmet in got[0].detail, (why, got)
     else:
         assert got == [], why
+
+
+def test_a_change_premise_names_its_measure() -> None:
+    with pytest.raises(ValueError, match="names its measure"):
+        Premise(kind="change")
 
 
 def test_a_failed_premise_names_the_criterion_and_the_numbers() -> None:
@@ -333,8 +340,10 @@ def test_validation_holds_a_released_task_to_its_stated_premise(tmp_path: Path) 
     """A task carries its template's premise into the release, so `validate` (premises.check in each
     reference world) refuses it where the data do not meet it."""
     spec = build.load_templates()
-    t = next(t for t in spec.templates if t.id == "anomaly_outpatient_by_dept_month")
-    assert t.premise is not None and t.premise.min_relative == 0.25 and t.premise.min_absolute == 10
+    worded_neutrally = next(t for t in spec.templates if t.id == "anomaly_outpatient_by_dept_month")
+    # the criterion it stated before v7 worded it neutrally ("changed substantially": 25% and 10 visits)
+    stated = Premise(kind="change", measure="month", min_relative=0.25, min_absolute=10, unit="visits")
+    t = worded_neutrally.model_copy(update={"premise": stated})
     made = build.instantiate(t, {"month": Value("2022-08", _month(2022, 8))}, 1)
     assert made.premise == t.premise
     on_disk = Task.model_validate_json(release.task_json(made))
@@ -356,10 +365,22 @@ OWN_FILES = ("templates_v1.json", "templates/v7_anomaly.json")
 ANOMALY_TEMPLATES = [t for f in OWN_FILES for t in build.load_templates(f).templates if t.type.value == "anomaly"]
 
 
+# Words that assert a change (the analysts' "changed substantially"): a template worded with none of them
+# may state that it asserts nothing (premise kind none); one that uses them states its criterion.
+ASSERTING = re.compile(
+    r"变化(挺|很|明显|较)大|变化明显|差好多|掉了|下降|changed (a lot|substantially|noticeably)|swung|way off|dropped|fell|moved a lot"
+)
+
+
 @pytest.mark.parametrize("template", ANOMALY_TEMPLATES, ids=lambda t: t.id)
 def test_every_anomaly_template_states_a_premise_its_gold_can_show(template: build.Template) -> None:
     premise = template.premise
     assert premise is not None, f"{template.id}: an anomaly question asserts a change; state its criterion"
+    wordings = [text for levels in template.variants.values() for text in levels.values()]
+    if premise.kind == "none":
+        asserting = [w for w in wordings if ASSERTING.search(w)]
+        assert not asserting, f"{template.id} asserts a change but states no criterion: {asserting[0]}"
+        return
     assert premise.min_relative or premise.min_absolute or premise.direction != "any", template.id
     aliases = _aliases(template.gold_sql[0])
     if premise.rows == "series":
