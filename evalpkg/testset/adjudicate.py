@@ -56,8 +56,9 @@ def adjudicate(
     src = release.load_source(tasks_dir, source, "adjudicate")
     measured = _agreements(tasks_dir, source)
     decided = decisions(tasks_dir)
-    by_task = {t.task_id: (f.annotator, t) for f in measured for t in f.tasks}
-    if missing := [t.id for t in src.tasks if t.id not in by_task or by_task[t.id][1].detail == "not annotated"]:
+    # each annotation covers the templates its annotator wrote for: a task takes the one that annotated it
+    by_task = {t.task_id: (f.annotator, t) for f in measured for t in f.tasks if t.detail != "not annotated"}
+    if missing := [t.id for t in src.tasks if t.id not in by_task]:
         raise DataError(f"{len(missing)} task(s) of {source} have no second annotation; first: {missing[0]}")
     undecided = [tid for tid, (_, a) in by_task.items() if a.agreement < 1.0 and tid not in decided]
     if undecided:
@@ -106,7 +107,10 @@ def _apply(
         raise DataError(f"{task.id}: reworded: change the wording in its template first, then arbitrate again")
     gold = task.gold_sql
     if decision and decision.sql:
-        gold = [decision.sql] if decision.outcome == "gold_fixed" else [*task.gold_sql, decision.sql]
+        # applied once: a task kept from a release that applied it already has this gold
+        gold = (
+            [decision.sql] if decision.outcome == "gold_fixed" else list(dict.fromkeys([*task.gold_sql, decision.sql]))
+        )
     annotators = [a for a in task.review.annotators if a != annotator] + [annotator]
     arbitration = f"{decision.outcome} by {decision.by}: {decision.note}" if decision else None
     review = Review(annotators=annotators, agreement=agreement.agreement, arbitration=arbitration, status="approved")

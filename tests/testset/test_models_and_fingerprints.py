@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from evalpkg.settings import PROJECT_ROOT
 from evalpkg.sql import fingerprint
 from evalpkg.testset.models import Task
 
@@ -107,3 +108,10 @@ def test_only_single_read_queries_count_as_gold(sql: str) -> None:
 def test_tables_skip_cte_names() -> None:
     sql = "with x as (select * from emr.t_lab_result) select * from x join emr.t_zy_visit v using (visit_id)"
     assert fingerprint.tables(sql) == ["t_lab_result", "t_zy_visit"]
+
+
+def test_the_published_task_schema_is_the_models() -> None:
+    """tasks/schema/task.schema.json is what other tools validate task files against: it must not lag the
+    model (regenerate with build.export_schema)."""
+    published = json.loads((PROJECT_ROOT / "tasks" / "schema" / "task.schema.json").read_text(encoding="utf-8"))
+    assert published == Task.model_json_schema()
