@@ -28,18 +28,26 @@
     ({{ ts }} - make_interval(days => {{ days }}))
 {%- endmacro %}
 
-{# HIPAA Safe Harbor: birth year only, and nothing that reveals an age over 89. #}
+{# HIPAA Safe Harbor: birth year only, and nothing that reveals an age over 89. Both columns follow
+   one rule, so they never contradict each other: the age shown is the snapshot's year minus the
+   shifted birth year. The shift only moves dates back, so that age is never below the true one;
+   over 89 shows no birth year and the group '90+'. #}
+{% macro shown_age(birth_date, days, now) -%}
+    (extract(year from {{ now }}::date)::int - extract(year from {{ shift(birth_date, days) }})::int)
+{%- endmacro %}
+
 {% macro birth_year(birth_date, days, now) -%}
-    case when extract(year from age({{ now }}::date, {{ birth_date }})) > 89 then null
+    case when {{ shown_age(birth_date, days, now) }} > 89 then null
          else extract(year from {{ shift(birth_date, days) }})::int end
 {%- endmacro %}
 
-{% macro age_group(birth_date, now) -%}
+{% macro age_group(birth_date, days, now) -%}
+    {%- set age = shown_age(birth_date, days, now) -%}
     case
-        when extract(year from age({{ now }}::date, {{ birth_date }})) > 89 then '90+'
-        when extract(year from age({{ now }}::date, {{ birth_date }})) >= 65 then '65-89'
-        when extract(year from age({{ now }}::date, {{ birth_date }})) >= 45 then '45-64'
-        when extract(year from age({{ now }}::date, {{ birth_date }})) >= 18 then '18-44'
+        when {{ age }} > 89 then '90+'
+        when {{ age }} >= 65 then '65-89'
+        when {{ age }} >= 45 then '45-64'
+        when {{ age }} >= 18 then '18-44'
         else '0-17'
     end
 {%- endmacro %}

@@ -33,6 +33,7 @@ CHECKUP_PANEL = [
     ("WBC", 0.8),
 ]
 REJECTED_NOTES = np.array(["标本溶血", "标本凝固", "标本量不足"])
+MAX_REPORT_WAIT_H = 7 * 24  # a final report's report_time comes at most 7 days after execution
 
 
 @dataclass
@@ -152,8 +153,10 @@ def generate_labs(rng: np.random.Generator, pts: Patients, v: Visits, as_of: dat
     executed = sampled + (rng.uniform(0.3, 3, n) * 3600).astype("timedelta64[s]")
     # Most reports within a day; send-out tests (外送检验) 2-7 days after the sample was taken.
     send_out = rng.random(n) < 0.08
-    report_h = np.where(send_out, rng.uniform(48, 168, n), rng.uniform(0.5, 30, n))
+    report_h = np.where(send_out, rng.uniform(48, MAX_REPORT_WAIT_H, n), rng.uniform(0.5, 30, n))
     reported = executed + (report_h * 3600).astype("timedelta64[s]")
+    # A final report not yet out by the snapshot's end has no report time; as it waits at most
+    # MAX_REPORT_WAIT_H, only labs executed in the snapshot's last 7 days can (data dictionary, report_time).
     end = np.datetime64(as_of, "s") + np.timedelta64(86399, "s")
     reported = np.where(reported > end, np.datetime64("NaT"), reported)
 

@@ -15,6 +15,8 @@ DAY = np.timedelta64(86400, "s")
 CHECKUP = -1  # visit focus without a condition: routine check-up
 CHECKUP_ICD = ("Z00.000", "健康查体")
 RETIRED_DEPT = "0199"
+PEDIATRICS = "0401"
+PEDIATRIC_AGE = 14  # 儿科 takes children under this age (years at the visit)
 
 
 @dataclass
@@ -82,13 +84,15 @@ def generate_visits(rng: np.random.Generator, pts: Patients, start: date, as_of:
     dept = np.empty(nv, dtype=object)
     for i in range(nv):
         f = focus[i]
-        if age_at[i] < 14:
-            dept[i] = "0401"
+        if age_at[i] < PEDIATRIC_AGE:
+            dept[i] = PEDIATRICS
         elif f == CHECKUP:
             dept[i] = "0601" if rng.random() < 0.8 else "0501"
         else:
             options = conds[f]["depts"]
             dept[i] = options[0] if rng.random() < 0.7 else options[rng.integers(len(options))]
+            if dept[i] == PEDIATRICS:  # an adult with a condition 儿科 also treats: the adult department
+                dept[i] = next(d for d in options if d != PEDIATRICS)
     rate = np.array([depts[d]["inpatient_rate"] for d in dept])
     rate = np.where(age_at > 70, np.minimum(rate * 1.6, 0.9), rate)
     inpatient = rng.random(nv) < rate

@@ -26,7 +26,8 @@ from evalpkg.prod.encounters import (
     generate_visits,
 )
 from evalpkg.prod.patients import Patients, generate_patients
-from evalpkg.prod.tickets import generate_tickets
+from evalpkg.prod.terminal import drop_after_death
+from evalpkg.prod.tickets import Ticket, generate_tickets
 from evalpkg.progress import Progress, quiet
 
 GENERATOR_VERSION = "1"
@@ -237,6 +238,35 @@ def _load_reference(conn: psycopg.Connection, as_of: date) -> None:
         )
 
 
+@dataclass
+class World:
+    """Everything one seed draws, before loading."""
+
+    patients: Patients
+    visits: Visits
+    diagnoses: Diagnoses
+    labs: Labs
+    orders: Orders
+    tickets: list[Ticket]
+    dropped_after_death: int  # visits drawn after their patient's death, and left out
+
+
+def draw(patients: int, seed: int, as_of: date = DEFAULT_AS_OF) -> World:
+    """The simulated HIS in memory: deterministic per seed, nothing touches a database."""
+    rng = np.random.default_rng(seed)
+    p = generate_patients(rng, patients, as_of)
+    v = generate_visits(rng, p, DATA_START, as_of)
+    d = generate_diagnoses(rng, p, v)
+    lab = generate_labs(rng, p, v, as_of)
+    orders = generate_orders(rng, p, v)
+    live = ~p.deleted
+    named = list(zip(np.array(p.name, dtype=object)[live].tolist(), p.patient_id[live].tolist(), strict=True))
+    tickets = generate_tickets(rng, as_of, per_month=max(8, min(40, patients // 2500)), patients=named)
+    # Visits are drawn without knowing of deaths, so trimmed after every draw: this draws nothing.
+    v, d, lab, orders, dropped = drop_after_death(v, d, lab, orders, len(p))
+    return World(p, v, d, lab, orders, tickets, dropped)
+
+
 def generate(
     url: str,
     patients: int,
@@ -247,16 +277,10 @@ def generate(
     if not MIN_PATIENTS <= patients <= MAX_PATIENTS:
         raise ConfigError(f"--patients: {patients} is outside {MIN_PATIENTS}..{MAX_PATIENTS}")
     t0 = time.perf_counter()
-    rng = np.random.default_rng(seed)
     progress(f"generating {patients} patients (seed {seed}, as of {as_of})")
-    p = generate_patients(rng, patients, as_of)
-    v = generate_visits(rng, p, DATA_START, as_of)
-    d = generate_diagnoses(rng, p, v)
-    lab = generate_labs(rng, p, v, as_of)
-    orders = generate_orders(rng, p, v)
-    live = ~p.deleted
-    named = list(zip(np.array(p.name, dtype=object)[live].tolist(), p.patient_id[live].tolist(), strict=True))
-    tickets = generate_tickets(rng, as_of, per_month=max(8, min(40, patients // 2500)), patients=named)
+    world = draw(patients, seed, as_of)
+    p, v, d, lab, orders = world.patients, world.visits, world.diagnoses, world.labs, world.orders
+    progress(f"left out {world.dropped_after_death} visits drawn after their patient's death")
     report = GenerateReport()
     with connect(url, autocommit=False) as conn:
         conn.execute(_resource_text("schema.sql"))
@@ -284,14 +308,14 @@ def generate(
                         t.sql_text,
                         t.status,
                     )
-                    for t in tickets
+                    for t in world.tickets
                 ],
             )
             cur.execute(
                 "insert into meta.his_info values (%s,%s,%s,%s,now())",
                 (as_of, seed, patients, GENERATOR_VERSION),
             )
-        report.rows["query_ticket"] = len(tickets)
+        report.rows["query_ticket"] = len(world.tickets)
         for ddl in INDEXES:
             conn.execute(ddl)
         conn.commit()

@@ -47,8 +47,8 @@ def _parameters(settings: Settings, suffix: str) -> dict[str, Any]:
     if snap is None:
         raise SyncError(f"{EVAL_DB}.meta{suffix}.snapshot is empty: the dbt build did not finish")
     now_year = int(snap[0])
-    # Ages over 89 have no birth year; shifting back up to 364 days can reach one more year.
-    params["min_birth_year"] = now_year - 91
+    # The age a birth year shows is now_year - csnf; one over 89 has no birth year (Safe Harbor).
+    params["min_birth_year"] = now_year - 89
     params["max_birth_year"] = now_year
     return params
 

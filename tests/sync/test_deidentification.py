@@ -103,24 +103,31 @@ def test_every_date_of_a_patient_moves_by_one_whole_week_offset(synced: SyncRepo
     assert len({next(iter(o)) for o in seen_offsets.values()}) > 10  # offsets differ between patients
 
 
+AGE_GROUPS = ((90, "90+"), (65, "65-89"), (45, "45-64"), (18, "18-44"), (0, "0-17"))
+
+
 def test_birth_year_only_and_ages_over_89_grouped(synced: SyncReport, generated: Settings) -> None:
+    """One rule for both columns: the age shown is the snapshot's year minus the shifted birth year."""
     key = current_key(generated)
     as_of = date(2026, 10, 31)
     with connect(generated.db_url(PROD_DB)) as prod:
         births = prod.execute("select patient_id, csrq from his.t_patient_info where is_deleted = 0").fetchall()
     with connect(generated.db_url(EVAL_DB)) as ev:
         eval_rows = {r[0]: (r[1], r[2]) for r in ev.execute("select patient_id, csnf, nlfz from emr.t_patient_info")}
-    over_89 = 0
+    over_89 = shown_older = 0
     for patient_id, birth in births:
         csnf, nlfz = eval_rows[pseudonym(key, "pid", "P", patient_id)]
         age = as_of.year - birth.year - ((as_of.month, as_of.day) < (birth.month, birth.day))
-        if age > 89:
+        shown = as_of.year - (birth - timedelta(days=shift_days(key, patient_id))).year
+        assert shown >= age  # Safe Harbor: never an age below the true one, so none over 89 slips out
+        shown_older += shown > age
+        if shown > 89:
             over_89 += 1
             assert (csnf, nlfz) == (None, "90+")
         else:
-            assert csnf == (birth - timedelta(days=shift_days(key, patient_id))).year
-            assert nlfz != "90+"
-    assert over_89 > 0
+            assert csnf == as_of.year - shown
+            assert nlfz == next(group for low, group in AGE_GROUPS if shown >= low)
+    assert over_89 > 0 and shown_older > 0
 
 
 def test_row_parity_and_no_deleted_rows(synced: SyncReport, generated: Settings) -> None:

@@ -19,7 +19,7 @@ keyed as (
 select
     {{ pseudonym('pid', 'P', 'patient_id') }} as patient_id,
     {{ birth_year('csrq', 'shift_days', 'as_of') }} as csnf,
-    {{ age_group('csrq', 'as_of') }} as nlfz,
+    {{ age_group('csrq', 'shift_days', 'as_of') }} as nlfz,
     xb,
     hyzk,
     {{ shift('jdrq', 'shift_days') }} as jdrq
