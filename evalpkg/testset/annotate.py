@@ -185,8 +185,8 @@ def _filled(task: Task, written: Written | None, domain: dict[str, list[Value]])
 def _dialogue(indices: list[int], turns: list[TaskAgreement]) -> TaskAgreement:
     """One task's agreement over its graded turns: the share of (turn, variant) comparisons that match,
     each differing turn named."""
-    if len(turns) == 1:
-        return turns[0]
+    if len(turns) == 1 or all(t.detail == "not annotated" for t in turns):
+        return turns[0]  # an annotator who wrote nothing for the task did not annotate it
     share = sum(t.agreement for t in turns) / len(turns)
     differing = [f"turn {i}: {t.detail}" for i, t in zip(indices, turns, strict=True) if t.agreement < 1.0]
     return TaskAgreement(task_id=turns[0].task_id, agreement=share, detail="; ".join(differing) or "match")

@@ -162,6 +162,7 @@ FOLLOWUP_CASES: list[tuple[str, float, str, str]] = [
     ("gold", 1.0, "", "every turn as the gold: the dialogue agrees"),
     ("second_turn_men", 2 / 3, "turn 2", "the narrower population read as men: only that turn differs"),
     ("first_turn_missing", 1 / 3, "turn 1: not annotated", "follow-ups not written: each counts as a disagreement"),
+    ("none", 0.0, "not annotated", "nothing written for the task: not annotated, as a one-turn task"),
 ]
 
 
@@ -174,11 +175,12 @@ def test_follow_up_turns_are_measured_each_on_their_own_gold(
         "gold": [Written(sql=s) for s in later],
         "second_turn_men": [Written(sql=later[0]), Written(sql=later[1].replace("xb = 2", "xb = 1"))],
         "first_turn_missing": [],
+        "none": [],
     }[case]
     assert case != "second_turn_men" or "xb = 2" in later[1], "the template's turn 2 no longer filters women"
     annotation = Annotation(
         annotator=ANNOTATOR,
-        templates={FOLLOWUP_TEMPLATE: Written(sql=first)},
+        templates={FOLLOWUP_TEMPLATE: Written(sql=first)} if case != "none" else {},
         followups={FOLLOWUP_TEMPLATE: followups},
     )
     measured = annotate.measure_tasks(generated, annotation, followup_tasks, "followups")
@@ -186,3 +188,4 @@ def test_follow_up_turns_are_measured_each_on_their_own_gold(
     for got in measured.tasks:
         assert got.agreement == pytest.approx(expected), (why, got)
         assert (named in got.detail) if named else got.detail == "match", (why, got.detail)
+        assert case != "none" or got.detail == "not annotated", (why, got.detail)
