@@ -168,7 +168,9 @@ def _check_world(
                     v.failures.append(f"{world.label()}: {reason}")
                     continue
                 v.failures += [f"{world.label()}: {f.line()}" for f in premises.check([c.task], executor.run)]
-                for o in traps.measure([c.task], executor):
+                # a kept task carries its arbitrated golds too: its traps must bite against every one
+                released = c.task.model_copy(update={"gold_sql": c.previous.gold_sql}) if c.previous else c.task
+                for o in traps.measure([released], executor):
                     v.misses[o.tag] += o.status != "bites"
                 if c.task.gold_sql:
                     v.answers.append(executor.run(c.task.gold_sql[0]))

@@ -65,10 +65,13 @@ def structural_problems(tasks: list[Task], *, min_tasks: int = MIN_TASKS) -> lis
         problems.append(f"{len(tasks)} tasks, fewer than {min_tasks}")
     cells = Counter((t.type, t.difficulty) for t in tasks)
     problems += [f"cell {ty.value} x {d.value} is empty" for ty in TaskType for d in Difficulty if not cells[(ty, d)]]
-    owners: dict[str, str] = {}
+    owners: dict[tuple[str, tuple[str, ...]], str] = {}
     for t in tasks:
+        # a follow-up dialogue may open with another task's question: it repeats that task only if its
+        # follow-up golds are the same too
+        followups = tuple(fingerprint.exact(t.turns[i].gold_sql[0]) for i in t.graded_turns()[1:])
         for sql in t.gold_sql:
-            fp = fingerprint.exact(sql)
+            fp = (fingerprint.exact(sql), followups)
             if fp in owners and owners[fp] != t.id:
                 problems.append(f"{t.id}: gold SQL has the same fingerprint as {owners[fp]}")
             owners.setdefault(fp, t.id)

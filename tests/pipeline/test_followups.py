@@ -26,7 +26,7 @@ from evalpkg.testset.build import fill, load_templates
 from evalpkg.testset.gold import agent_connection, snapshot_version
 from evalpkg.testset.models import Complexity, Language, Task, TaskType
 from evalpkg.testset.params import domains
-from evalpkg.testset.validate import gold_executor
+from evalpkg.testset.validate import gold_executor, structural_problems
 from tests.pipeline.helpers import imperfections, run_agent
 
 TEMPLATES = "templates/v7_followups.json"
@@ -221,3 +221,24 @@ def test_a_format_3_task_with_a_follow_up_loads_and_delivers_it() -> None:
     task = Task.model_validate(data)
     assert task.followups(Language.en) == ("And the year before?",) and task.graded_turns() == [0, 1]
     assert task.turn_task(1).gold_sql == ["select 1"] and task.turn_task(0) is task
+
+
+def _released(task_id: str) -> Task:
+    return release.load(Path(__file__).resolve().parents[2] / "tasks", "v7").by_id()[task_id]
+
+
+@pytest.mark.parametrize(
+    ("followups", "duplicate", "why"),
+    [
+        ("own", False, "opens with another task's question, then follow-ups of its own: another task"),
+        ("none", True, "the same question and no follow-up: the same task twice"),
+    ],
+)
+def test_a_dialogue_repeats_a_task_only_if_its_follow_ups_do_too(followups: str, duplicate: bool, why: str) -> None:
+    single = _released("clar-clar_poor_glycemic_control-004")
+    dialogue = _released("clar-fu_poor_glycemic_control_women-001")
+    assert dialogue.gold_sql == single.gold_sql and dialogue.graded_turns() != [0]  # the release's own pair
+    if followups == "none":
+        dialogue = dialogue.model_copy(update={"turns": single.turns, "id": "clar-copy-001"})
+    found = [p for p in structural_problems([single, dialogue], min_tasks=0) if "same fingerprint" in p]
+    assert bool(found) is duplicate, (why, found)
