@@ -2,7 +2,11 @@
 the comparison UI, trajectories as traces (a span per model call and per tool call).
 
 Logging the same evaluation again (a retried Airflow task, `evalpkg score RUN`) reuses its parent
-and child runs, found by their tags, and replaces the parent's traces: one parent per run id."""
+and child runs, found by their tags, and replaces the parent's traces: one parent per run id.
+
+Traces go to the server in bulk, a hundred per OTLP request (`trace_export`); a server without the OTLP
+route (MLflow before 3.4) or a tracking URI that is no server (sqlite:, a folder) gets them through
+MLflow's span API, a trace at a time."""
 
 from __future__ import annotations
 
@@ -11,7 +15,6 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from evalpkg.errors import ServiceError
 from evalpkg.grading.comparator import COMPARATOR_VERSION
 from evalpkg.pipeline.metrics import flat_metrics, summarize
 from evalpkg.pipeline.score import InstanceScore
+from evalpkg.pipeline.trace_export import NoOtlpRoute, OtlpExport, chunks, drafts
 from evalpkg.runconfig import RunConfig
 
 EXPERIMENT = "emr-agent-benchmark"
@@ -29,15 +33,19 @@ PARENT_TAG = "mlflow.parentRunId"  # MLflow's own tag on nested runs
 COMPARATOR_TAG = "evalpkg.comparator_version"  # tags, unlike params, follow a re-score
 FINGERPRINT_TAG = "evalpkg.config_fingerprint"
 TRACES_TAG = "evalpkg.traces"  # "N of M": how many trajectories are traces (--max-traces leaves some out)
+EXPORT_TAG = "evalpkg.trace_export"  # how the traces went: "otlp" (in bulk) or "span api" (a trace at a time)
 SERVED_PREFIX = "served."  # what the workers served: params (comparable) and tags (everything, per shard too)
-# Traces leave in batches of spans from background threads (MLflow's own async export): one request
-# per batch, not per span; log_run flushes and counts them before it returns. A user's own setting wins.
+# Where traces go through MLflow's span API (no OTLP route), they leave in batches of spans from background
+# threads (its async export); log_run flushes and counts them before it returns. A user's own setting wins.
 BATCHED_TRACES = {
     "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "true",
     "MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "500",
     "MLFLOW_ASYNC_TRACE_LOGGING_MAX_INTERVAL_MILLIS": "500",
     "MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE": "1000000",  # a full queue drops traces: never full here
 }
+# OTel's span queue behind MLflow's span API holds 2,048 spans and drops what a full one is given, and a
+# flush waits 30 s at most: the span API path flushes every hundred traces (about 750 spans) to lose none.
+SPAN_API_FLUSH_EVERY = 100
 SERVED_PARAMS = ("served_model", "model_path", "model_digest", "revision", "quantization", "server_version", "gpu")
 
 
@@ -64,63 +72,29 @@ def _loggable(client: Any, parent_id: str | None, params: dict[str, str]) -> dic
     return {k: v for k, v in params.items() if logged.get(k, v) == v}
 
 
-def _ns(stamp: str) -> int | None:
-    try:
-        return int(datetime.fromisoformat(stamp).timestamp() * 1e9)
-    except ValueError:
-        return None
-
-
 def _log_trace(mlflow: Any, traj: Trajectory, score: InstanceScore | None) -> None:
+    """One trace through MLflow's span API (the path where the server takes no OTLP export)."""
+    root_draft, children = drafts(traj, score)
     root = mlflow.start_span_no_context(
-        name=traj.task_id,
-        span_type="AGENT",
-        inputs={"question": traj.question, "language": traj.language},
-        attributes={"instance_id": traj.instance_id, "agent": traj.agent, "stop_reason": traj.stop_reason},
-        start_time_ns=_ns(traj.started_at),
+        name=root_draft.name,
+        span_type=root_draft.kind,
+        inputs=root_draft.inputs,
+        attributes=root_draft.attributes,
+        start_time_ns=root_draft.start_ns,
     )
-    for step in traj.steps:
-        step_start = _ns(step.started_at)
-        llm = mlflow.start_span_no_context(
-            name=f"model step {step.index}",
-            span_type="CHAT_MODEL",
+    for draft in children:
+        span = mlflow.start_span_no_context(
+            name=draft.name,
+            span_type=draft.kind,
             parent_span=root,
-            inputs={"reasoning": step.reasoning},
-            start_time_ns=step_start,
-            attributes={"prompt_tokens": str(step.prompt_tokens), "completion_tokens": str(step.completion_tokens)},
+            inputs=draft.inputs,
+            start_time_ns=draft.start_ns,
+            attributes=draft.attributes,
         )
-        llm.set_outputs({"text": step.model_text, "parse_error": step.parse_error})
-        llm.end(end_time_ns=step_start + int(step.latency_ms * 1e6) if step_start else None)
-        for call in step.tool_calls:
-            start = _ns(call.started_at)
-            tool = mlflow.start_span_no_context(
-                name=call.name,
-                span_type="TOOL",
-                parent_span=root,
-                inputs={"arguments": call.arguments},
-                start_time_ns=start,
-                attributes={"ok": str(call.ok), "cached": str(call.cached), "result_sha256": call.result_sha256},
-            )
-            tool.set_outputs({"result": call.result[:4000]})
-            tool.end(end_time_ns=start + int(call.elapsed_ms * 1e6) if start else None)
-    state = traj.final_state()
-    root.set_outputs(
-        {"answer": traj.final_answer, "final_sql": traj.final_sql, "correct": score.correct if score else None}
-        | (  # the dialogue state where the run kept one, and its score against the hidden slots
-            {"state": state.model_dump(mode="json"), "slot_accuracy": score.slot_accuracy if score else None}
-            if state is not None
-            else {}
-        )
-        | (  # a dialogue with follow-ups: each turn's answer and outcome
-            {
-                "turn_answers": [a.model_dump() for a in traj.turn_answers],
-                "turn_correct": score.turn_correct if score else None,
-            }
-            if traj.turn_answers
-            else {}
-        )
-    )
-    root.end(end_time_ns=_ns(traj.ended_at))
+        span.set_outputs(draft.outputs)
+        span.end(end_time_ns=draft.end_ns)
+    root.set_outputs(root_draft.outputs)
+    root.end(end_time_ns=root_draft.end_ns)
 
 
 def log_run(
@@ -205,21 +179,63 @@ def log_run(
                 mlflow.log_metrics({k: v for k, v in summarize(shard_scores).items() if v == v})
         traced = _traced(trajectories, by_id, max_traces)
         mlflow.set_tags({TRACES_TAG: f"{len(traced)} of {len(trajectories)}"})
-        for traj in traced:
-            _log_trace(mlflow, traj, by_id.get(traj.instance_id))
-        artifacts_ready()
-        for path in artifacts:
-            if path.is_dir():  # the report's trajectories, loaded as a row is opened
-                mlflow.log_artifacts(str(path), path.name)
-            elif path.exists():
-                mlflow.log_artifact(str(path))
+        pairs = [(t, by_id.get(t.instance_id)) for t in traced]
+        export = _export_otlp(tracking_uri, experiment_id, parent.info.run_id, pairs)
+        try:
+            mlflow.set_tags({EXPORT_TAG: "otlp" if export else "span api" if pairs else "none"})
+            if export is None:
+                for n, (traj, score) in enumerate(pairs, 1):
+                    _log_trace(mlflow, traj, score)
+                    if n % SPAN_API_FLUSH_EVERY == 0:
+                        mlflow.flush_trace_async_logging()
+            artifacts_ready()
+            for path in artifacts:
+                if path.is_dir():  # the report's trajectories, loaded as a row is opened
+                    mlflow.log_artifacts(str(path), path.name)
+                elif path.exists():
+                    mlflow.log_artifact(str(path))
+            if export is not None:
+                export.wait()
+        finally:
+            if export is not None:
+                export.close()  # Ctrl-C, or a report that failed: the batches not yet sent stay unsent
         mlflow.flush_trace_async_logging()
-        if (held := count_traces(client, experiment_id, parent.info.run_id)) != len(traced):
+        rerun = f"`evalpkg score {run_id} --track` logs them again (it replaces them, nothing is logged twice)"
+        if export is not None and export.error is not None:
             raise ServiceError(
-                f"MLflow at {tracking_uri} holds {held} of the {len(traced)} traces of run {run_id}: "
-                f"`evalpkg score {run_id} --track` logs them again (it replaces them, nothing is logged twice)"
+                f"MLflow at {tracking_uri} took {len(export.sent)} of the {len(traced)} traces of run {run_id} "
+                f"before their export failed ({export.error}): {rerun}"
+            )
+        held = count_traces(client, experiment_id, parent.info.run_id)
+        if export is not None and held < len(export.sent):  # the server stored them but did not link them all
+            for ids in chunks(export.sent):
+                client.link_traces_to_run(ids, parent.info.run_id)
+            held = count_traces(client, experiment_id, parent.info.run_id)
+        if held != len(traced):
+            raise ServiceError(
+                f"MLflow at {tracking_uri} holds {held} of the {len(traced)} traces of run {run_id}: {rerun}"
             )
         return str(parent.info.run_id)
+
+
+def _export_otlp(
+    tracking_uri: str, experiment_id: str, mlflow_run_id: str, pairs: list[tuple[Trajectory, InstanceScore | None]]
+) -> OtlpExport | None:
+    """The traces on their way in bulk, or None where they must go through MLflow's span API: a tracking
+    URI that is no server, or a server without the OTLP route (said on stderr; the run's tag says it too)."""
+    if not pairs or not tracking_uri.startswith(("http://", "https://")):
+        return None
+    export = OtlpExport(tracking_uri, experiment_id, mlflow_run_id)
+    try:
+        export.start(pairs)
+    except NoOtlpRoute as exc:
+        export.close()
+        print(f"MLflow takes no OTLP span export ({exc}): traces go one at a time", file=sys.stderr)
+        return None
+    except BaseException:
+        export.close()
+        raise
+    return export
 
 
 def _runs_of(client: Any, experiment_id: str, run_id: str) -> list[Any]:
