@@ -174,7 +174,8 @@ def _remeasured_agreement() -> None:
     settings = get_settings()
     upheld = {k for k, d in decisions(settings.tasks_dir).items() if d.outcome == "gold_upheld" and LAYOUT in d.note}
     for measured in remeasured(settings):
-        n, agree = len(measured.tasks), sum(t.agreement == 1.0 for t in measured.tasks)
+        mine = measured.annotated()
+        n, agree = len(mine), sum(t.agreement == 1.0 for t in mine)
         still = sum(t.task_id in upheld for t in measured.disagreements())
         typer.echo(
             f"second annotation {measured.annotator.id} re-measured on comparator v{COMPARATOR_VERSION} against "
@@ -481,10 +482,11 @@ def annotate(
     save(settings.tasks_dir, annotation, measured)
     for t in measured.disagreements() if findings else []:
         typer.echo(f"{t.task_id}: agreement {t.agreement:.2f}: {t.detail}")
-    n, bad = len(measured.tasks), len(measured.disagreements())
+    n, bad = len(measured.annotated()), len(measured.disagreements())
     _log(
-        f"{annotation.annotator.id} on {measured.version}: {measured.overall():.1%} of {n} tasks agree on every "
-        f"non-technical variant; {bad} to arbitrate (`evalpkg testset review --arbitrate TASK --outcome ...`)"
+        f"{annotation.annotator.id} on {measured.version}: {measured.overall():.1%} of the {n} tasks it annotated "
+        f"agree on every non-technical variant; {bad} to arbitrate "
+        "(`evalpkg testset review --arbitrate TASK --outcome ...`)"
     )
 
 

@@ -57,7 +57,7 @@ def adjudicate(
     measured = _agreements(tasks_dir, source)
     decided = decisions(tasks_dir)
     # each annotation covers the templates its annotator wrote for: a task takes the one that annotated it
-    by_task = {t.task_id: (f.annotator, t) for f in measured for t in f.tasks if t.detail != "not annotated"}
+    by_task = {t.task_id: (f.annotator, t) for f in measured for t in f.annotated()}
     if missing := [t.id for t in src.tasks if t.id not in by_task]:
         raise DataError(f"{len(missing)} task(s) of {source} have no second annotation; first: {missing[0]}")
     undecided = [tid for tid, (_, a) in by_task.items() if a.agreement < 1.0 and tid not in decided]

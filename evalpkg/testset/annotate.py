@@ -41,6 +41,7 @@ ANNOTATIONS = "annotations"
 ARBITRATION = "arbitration.json"
 FORMAT_VERSION: Final = 1
 READ_FROM = (Complexity.colloquial, Complexity.plain)  # what the annotator saw
+NOT_ANNOTATED = "not annotated"  # the detail of a task the annotation has no SQL for
 Outcome = Literal["gold_upheld", "gold_fixed", "alternative_added", "reworded", "dropped"]
 
 
@@ -74,11 +75,16 @@ class AgreementFile(BaseModel):
     tasks: list[TaskAgreement]
     comparator_version: int | None = None  # the rules it was measured by (None: before v4 recorded it)
 
+    def annotated(self) -> list[TaskAgreement]:
+        """The tasks the annotator wrote for (an annotation may cover some templates only)."""
+        return [t for t in self.tasks if t.detail != NOT_ANNOTATED]
+
     def overall(self) -> float:
-        return sum(t.agreement == 1.0 for t in self.tasks) / len(self.tasks) if self.tasks else 0.0
+        mine = self.annotated()
+        return sum(t.agreement == 1.0 for t in mine) / len(mine) if mine else 0.0
 
     def disagreements(self) -> list[TaskAgreement]:
-        return [t for t in self.tasks if t.agreement < 1.0]
+        return [t for t in self.annotated() if t.agreement < 1.0]
 
 
 class Decision(BaseModel):
@@ -185,7 +191,7 @@ def _filled(task: Task, written: Written | None, domain: dict[str, list[Value]])
 def _dialogue(indices: list[int], turns: list[TaskAgreement]) -> TaskAgreement:
     """One task's agreement over its graded turns: the share of (turn, variant) comparisons that match,
     each differing turn named."""
-    if len(turns) == 1 or all(t.detail == "not annotated" for t in turns):
+    if len(turns) == 1 or all(t.detail == NOT_ANNOTATED for t in turns):
         return turns[0]  # an annotator who wrote nothing for the task did not annotate it
     share = sum(t.agreement for t in turns) / len(turns)
     differing = [f"turn {i}: {t.detail}" for i, t in zip(indices, turns, strict=True) if t.agreement < 1.0]
@@ -196,7 +202,7 @@ def _compare(task: Task, written: Written | None, gold: GoldCache, executor: Rea
     from evalpkg.grading.execution import execution_match
 
     if written is None:
-        return TaskAgreement(task_id=task.id, agreement=0.0, detail="not annotated")
+        return TaskAgreement(task_id=task.id, agreement=0.0, detail=NOT_ANNOTATED)
     if not task.gold_sql or written.sql is None:
         same = not task.gold_sql and written.sql is None
         detail = "match" if same else ("annotator: unanswerable" if task.gold_sql else "annotator wrote SQL")

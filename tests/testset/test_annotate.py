@@ -189,3 +189,21 @@ def test_follow_up_turns_are_measured_each_on_their_own_gold(
         assert got.agreement == pytest.approx(expected), (why, got)
         assert (named in got.detail) if named else got.detail == "match", (why, got.detail)
         assert case != "none" or got.detail == "not annotated", (why, got.detail)
+
+
+def test_agreement_counts_only_the_tasks_the_annotator_wrote_for() -> None:
+    """An annotation may cover some templates only (analyst-3 wrote for v7's new ones): the others are
+    neither agreements nor disagreements to arbitrate."""
+    measured = annotate.AgreementFile(
+        annotator=ANNOTATOR,
+        version="v7",
+        snapshot_version="snap",
+        measured_at="now",
+        tasks=[
+            annotate.TaskAgreement(task_id="a", agreement=1.0, detail="match"),
+            annotate.TaskAgreement(task_id="b", agreement=0.5, detail="differs for zh/plain (success)"),
+            annotate.TaskAgreement(task_id="c", agreement=0.0, detail=annotate.NOT_ANNOTATED),
+        ],
+    )
+    assert [t.task_id for t in measured.annotated()] == ["a", "b"]
+    assert [t.task_id for t in measured.disagreements()] == ["b"] and measured.overall() == 0.5
