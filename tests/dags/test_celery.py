@@ -128,27 +128,28 @@ def test_celery_agent_eval_runs_shards_on_the_gpu_worker_only_and_tracks(
 def test_celery_a_shard_task_delivered_again_records_nothing_twice(
     celery_deployment: CeleryDeployment, celery_eval_run: dict[str, Any], generated: Settings
 ) -> None:
-    """The finished shard 0 goes through the broker to the gpu worker once more (as after a lost
-    worker's retry): it runs, finds every instance recorded, and records nothing."""
+    """A finished shard goes through the broker to the gpu worker once more (as after a lost worker's
+    retry): it runs, finds every instance recorded, and records nothing."""
     from evalpkg.pipeline import store
 
     d, dag_run = celery_deployment, celery_eval_run["dag_run_id"]
-    ti_path = f"/dags/agent_eval/dagRuns/{dag_run}/taskInstances/execute/0"
-    first = d.api.get(ti_path).json()
     with store.results_db(generated) as conn:
         eval_run = conn.execute(
             "select run_id from results.run where name = 'celery-test' order by created_at desc limit 1"
         ).fetchone()
         assert eval_run is not None
-        query = (
-            "select instance_id, digest, recorded_at from results.trajectory where run_id = %s and shard = 0 order by 1"
-        )
-        recorded_before = conn.execute(query, eval_run).fetchall()
-    assert recorded_before, "shard 0 recorded nothing the first time"
+        # the sample's instances fall to the shards by task: take the first shard that holds some
+        shard = conn.execute("select min(shard) from results.trajectory where run_id = %s", eval_run).fetchone()
+        assert shard is not None and shard[0] is not None, "no shard recorded anything the first time"
+        query = "select instance_id, digest, recorded_at from results.trajectory where run_id = %s and shard = %s order by 1"
+        recorded_before = conn.execute(query, (*eval_run, shard[0])).fetchall()
+    assert recorded_before
+    ti_path = f"/dags/agent_eval/dagRuns/{dag_run}/taskInstances/execute/{shard[0]}"
+    first = d.api.get(ti_path).json()
 
     cleared = d.api.post(
         "/dags/agent_eval/clearTaskInstances",
-        json={"dry_run": False, "only_failed": False, "dag_run_id": dag_run, "task_ids": [["execute", 0]]},
+        json={"dry_run": False, "only_failed": False, "dag_run_id": dag_run, "task_ids": [["execute", shard[0]]]},
     )
     assert cleared.status_code == 200, cleared.text
 
@@ -156,16 +157,16 @@ def test_celery_a_shard_task_delivered_again_records_nothing_twice(
         ti: dict[str, Any] = d.api.get(ti_path).json()
         return ti if ti["try_number"] > first["try_number"] and ti["state"] in ("success", "failed") else None
 
-    again = _wait("shard 0 to run again", time.monotonic() + 180, ran_again, d)
+    again = _wait(f"shard {shard[0]} to run again", time.monotonic() + 180, ran_again, d)
     assert (again["state"], again["hostname"]) == ("success", GPU_WORKER), again
-    report = d.api.get(f"{ti_path.rsplit('/', 1)[0]}/xcomEntries/return_value", params={"map_index": 0}).json()
+    report = d.api.get(f"{ti_path.rsplit('/', 1)[0]}/xcomEntries/return_value", params={"map_index": shard[0]}).json()
     shard_report = report["value"]
     assert (shard_report["recorded"], shard_report["skipped"], shard_report["planned"]) == (
         0,
         *[len(recorded_before)] * 2,
     )
     with store.results_db(generated) as conn:
-        assert conn.execute(query, eval_run).fetchall() == recorded_before
+        assert conn.execute(query, (*eval_run, shard[0])).fetchall() == recorded_before
 
 
 pytestmark = pytest.mark.server  # Airflow, Redis and Celery workers started by scripts/airflow: not in --quick
