@@ -52,11 +52,14 @@ class Cluster:
 
 
 def failure_features(score: InstanceScore, task: Task) -> dict[str, float]:
-    sql = (score.final_sql or "").lower()
+    # the query `correct` graded, turn 0's (a dialogue's final_sql answers its last follow-up); scores from
+    # before follow-ups (no turn_correct) have only final_sql
+    graded = score.graded_sql if score.turn_correct else score.final_sql
+    sql = (graded or "").lower()
     gold = " ".join(task.gold_sql).lower()
     err = score.error_text.lower()
     f = dict.fromkeys(FEATURES, 0.0)
-    f["no_sql"] = float(task.answerable and score.final_sql is None)
+    f["no_sql"] = float(task.answerable and graded is None)
     f["sql_error"] = float("error" in err or "does not exist" in err or "syntax" in err)
     f["refused"] = float("refused" in err)
     f["wrong_result"] = float(score.status == "success" and not score.exec_match)

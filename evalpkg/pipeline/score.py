@@ -85,7 +85,8 @@ class InstanceScore(BaseModel):
     completion_tokens: int
     tool_names: list[str]
     error_text: str
-    final_sql: str | None
+    final_sql: str | None  # the dialogue's last query (a follow-up's where there is one)
+    graded_sql: str | None = None  # the query `correct` grades: turn 0's (None in scores from before v7)
 
 
 def _arguments(args: Any) -> dict[str, Any] | None:
@@ -393,4 +394,5 @@ def score_instance(
         tool_names=[c.name for c in calls],
         error_text=" | ".join(c.error or "" for c in calls if not c.ok)[:2000],
         final_sql=traj.final_sql,
+        graded_sql=sql,
     )

@@ -70,6 +70,25 @@ def test_cluster_unsupported_numbers_is_not_answer_coverage() -> None:
     assert failure_features(failed, task)["unsupported_numbers"] == 0.0
 
 
+@pytest.mark.parametrize(
+    ("turn_zero_sql", "expected", "why"),
+    [
+        (ADMITTED, {"time_column"}, "turn 0 read the wrong date: its follow-up's right query does not hide it"),
+        (DISCHARGED, set(), "turn 0 as the gold: the follow-up's other query is no defect of what correct grades"),
+    ],
+)
+def test_cluster_reads_the_query_correct_grades_not_the_last_follow_up(
+    turn_zero_sql: str, expected: set[str], why: str
+) -> None:
+    task = Task.model_validate(task_dict(gold_sql=[DISCHARGED]))
+    followup = ADMITTED.replace("2024", "2023") if turn_zero_sql == DISCHARGED else DISCHARGED
+    failed = score(
+        "st-sample-001:0", correct=False, final_sql=followup, graded_sql=turn_zero_sql, turn_correct=[False, True]
+    )
+    features = failure_features(failed, task)
+    assert {k for k in READ if features[k]} == expected, why
+
+
 def _holding_most(members: dict[int, Counter[str]], agent: str) -> int:
     return max(members, key=lambda c: members[c][agent])
 
