@@ -216,11 +216,13 @@ def _no_generator_version(tasks: list[Task]) -> list[Task]:
 
 
 def _too_few(tasks: list[Task]) -> list[Task]:
-    """Down to 319, taken from the largest cell so that no cell empties."""
+    """Down to 319, taken from the largest cells first so that no cell empties."""
     cells = Counter((t.type, t.difficulty) for t in tasks)
-    largest = cells.most_common(1)[0][0]
-    drop = {t.id for t in tasks if (t.type, t.difficulty) == largest}
-    drop = set(sorted(drop)[: len(tasks) - 319])
+    drop: set[str] = set()
+    for cell, _ in cells.most_common():
+        spare = sorted(t.id for t in tasks if (t.type, t.difficulty) == cell)[1:]  # one stays
+        drop |= set(spare[: len(tasks) - 319 - len(drop)])
+    assert len(tasks) - len(drop) == 319
     return [t for t in tasks if t.id not in drop]
 
 
