@@ -12,6 +12,8 @@ from evalpkg.settings import Settings
 from evalpkg.sync.runner import SyncReport
 from tests.agent.fake_endpoint import FakeEndpoint, serving
 
+FOLLOWUP_REQUESTS = 1  # the fake model answers a follow-up at once, from the query it ran for the question
+
 
 def test_one_shared_client_serves_every_dialogue_and_the_clinician(synced: SyncReport, generated: Settings) -> None:
     endpoint = FakeEndpoint(failures=[503], delay_s=0.02, clarify=True)
@@ -38,5 +40,7 @@ def test_one_shared_client_serves_every_dialogue_and_the_clinician(synced: SyncR
     retries = [r for t in trajectories for s in t.steps for r in s.retries]
     retries += [r for t in trajectories for c in t.clarifications for r in c.get("retries", [])]
     assert len(retries) == 1  # the one 503, retried and recorded where it happened
-    assert endpoint.requests == 30 * 3 + 1 and endpoint.peak <= 6
+    followups = sum(len(t.turn_answers) for t in trajectories)  # each follow-up: one more answer turn
+    assert endpoint.requests == 30 * 3 + 1 + followups * FOLLOWUP_REQUESTS, (endpoint.requests, followups)
+    assert endpoint.peak <= 6
     assert len(endpoint.connections) <= 6  # one pool of kept-alive connections, not a client per dialogue
