@@ -131,9 +131,9 @@ def measure_tasks(
         for i, task in enumerate(tasks, 1):
             sql = _sql_for(task, annotation, domain)
             turns = [_compare(task, sql, gold, executor)]
-            for k, i in enumerate(task.graded_turns()[1:]):
+            for k, turn in enumerate(task.graded_turns()[1:]):
                 written = _followup_for(task, k, annotation, domain)
-                turns.append(_compare(task.turn_task(i), written, gold, executor))
+                turns.append(_compare(task.turn_task(turn), written, gold, executor))
             results.append(_dialogue(task.graded_turns(), turns))
             if i % 50 == 0:
                 progress(f"compared {i}/{len(tasks)} tasks")
