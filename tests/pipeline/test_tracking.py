@@ -15,10 +15,10 @@ from evalpkg.agent.trajectory import Step, ToolCallRecord, Trajectory, sha256_te
 from evalpkg.errors import ServiceError
 from evalpkg.net import free_port
 from evalpkg.pipeline import trace_export, tracking
-from evalpkg.pipeline.score import InstanceScore
 from evalpkg.runconfig import RunConfig
 from evalpkg.services import mlflow_server
 from evalpkg.settings import Settings
+from tests.pipeline.test_metrics import score
 
 N = 250  # three requests, the last one partial
 server = pytest.mark.server  # starts an MLflow server
@@ -77,36 +77,7 @@ def _trajectory(n: int) -> Trajectory:
 
 
 TRAJECTORIES = [_trajectory(n) for n in range(N)]
-SCORES = [  # one scored instance: its root span's outputs say it is correct
-    InstanceScore(
-        instance_id="inst-1",
-        task_id="task-1",
-        type="time_series",
-        difficulty="easy",
-        language="zh",
-        complexity="plain",
-        repeat=0,
-        answerable=True,
-        status="success",
-        exec_match=True,
-        correct=True,
-        executable_sql=True,
-        tool_calls=2,
-        redundant_calls=0,
-        expected_precision=1.0,
-        expected_recall=1.0,
-        order_ok=True,
-        clarification_correct=True,
-        answer_coverage=1.0,
-        stop_reason="final_answer",
-        latency_s=0.1,
-        prompt_tokens=0,
-        completion_tokens=0,
-        tool_names=[],
-        error_text="",
-        final_sql="select 1",
-    )
-]
+SCORES = [score("task-1:0", instance_id="inst-1")]  # one scored instance: its root span says it is correct
 
 
 def _log(
