@@ -10,7 +10,9 @@ from evalpkg.grading import execution
 from evalpkg.settings import PROJECT_ROOT, Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import audit, release
+from evalpkg.testset.models import Task
 from evalpkg.testset.validate import gold_executor
+from tests.testset.test_models_and_fingerprints import task_dict
 
 COMMITTED = PROJECT_ROOT / "tasks"
 # Transforms that apply to many tasks of every release from v6 on (the rest apply where the task allows):
@@ -19,6 +21,31 @@ COMMITTED = PROJECT_ROOT / "tasks"
 # five keys tried, to under 60 in one CI run.
 BROAD = {"extra_columns", "renamed_columns", "integers_as_floats", "rounded_to_2_decimals", "total_row"}
 BROAD |= {"rate_as_percentage", "long_form_zh", "long_form_en", "row_dropped", "row_duplicated", "empty_result"}
+
+
+def _shuffled(task_id: str, rows: list[list[object]]) -> list[list[object]] | None:
+    task = Task.model_validate(task_dict(id=task_id, gold_sql=["select 1"]))
+    layout = audit.shuffled_rows(audit.Gold(task, "select 1", ["a"], rows, None))
+    return None if layout is None else layout[0]
+
+
+@pytest.mark.parametrize(
+    ("rows", "reason"),
+    [
+        ([[1], [2]], "two rows: a task id whose shuffle keeps the order must still get them swapped"),
+        ([[1], [1], [1], [2]], "mostly alike: most shuffles give the gold's order back"),
+        ([[n] for n in range(30)], "many rows: a real shuffle"),
+    ],
+)
+def test_shuffled_rows_always_differs_from_the_gold(rows: list[list[object]], reason: str) -> None:
+    # Enough task ids that some seed shuffles two rows back into place (it looped forever on one).
+    for i in range(40):
+        shuffled = _shuffled(f"st-sample-{i:03d}", rows)
+        assert shuffled is not None and shuffled != rows and sorted(shuffled) == sorted(rows), reason
+
+
+def test_shuffled_rows_does_not_apply_to_alike_rows() -> None:
+    assert _shuffled("st-sample-001", [[1], [1]]) is None
 
 
 def _audit(settings: Settings) -> dict[str, audit.TransformResult]:
