@@ -148,7 +148,8 @@ def register(app: typer.Typer) -> None:
         bar.close()
         for r in result["shards"]:
             log_worker(r)
-        _log("seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in result["seconds"].items()))
+        traces = f" (traces sent over {result['traces_s']:.1f} s from grading on)" if result["traces_s"] else ""
+        _log("seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in result["seconds"].items()) + traces)
         o = result["overall"]
         for group, m in result["table"].items():  # per task type, then overall, next to the accuracy line
             if group.startswith("type.") and (line := repeats_line(group, m)):

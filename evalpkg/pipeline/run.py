@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,16 +27,18 @@ from evalpkg.pipeline.cluster import Cluster, cluster_failures
 from evalpkg.pipeline.execute import ShardReport, execute_shard
 from evalpkg.pipeline.judge import Judge
 from evalpkg.pipeline.metrics import breakdown
-from evalpkg.pipeline.plan import normalize, sampled_cells
+from evalpkg.pipeline.plan import Instance, normalize, sampled_cells
 from evalpkg.pipeline.report import write_report
 from evalpkg.pipeline.score import InstanceScore, score_instance
 from evalpkg.pipeline.semantic import score_in_worlds
+from evalpkg.pipeline.tracking import Tracker
 from evalpkg.progress import Progress, quiet
 from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset import release
 from evalpkg.testset.gold import agent_connection, snapshot_version
+from evalpkg.testset.models import Task
 
 LIST_FIELDS = {"tool_names", "missed_points", "unsupported_numbers", "world_misses"}  # not columns for the GX suite
 
@@ -56,6 +59,7 @@ class Finished:
     scored: Scored
     report: Path
     mlflow_run_id: str | None
+    traces_s: float | None = None  # from the first trace sent to the last stored, beside the stages after grading
 
 
 def new_run_id(config: RunConfig) -> str:
@@ -110,8 +114,20 @@ def _frames(scores: list[InstanceScore], trajectories: list[Trajectory]) -> dict
     }
 
 
-def score_run(settings: Settings, run_id: str, progress: Progress = quiet, *, save: bool = True) -> Scored:
-    """Stages 4 and 5 from the store alone: re-scoring never calls a model; `save=False` writes nothing."""
+@dataclass
+class Graded:
+    """Stage 4's first half: every answer graded on the run's snapshot (what a trace shows)."""
+
+    config: RunConfig
+    instances: list[Instance]
+    tasks: dict[str, Task]
+    trajectories: list[Trajectory]
+    scores: list[InstanceScore]
+    clock: _Stages
+
+
+def grade_run(settings: Settings, run_id: str, progress: Progress = quiet) -> Graded:
+    """Every recorded answer graded on the run's snapshot, from the store alone (no model is called)."""
     clock = _Stages()  # reading the run back is part of scoring it
     config, testset_version, _, instances = store.load_run(settings, run_id)
     tasks = release.load(settings.tasks_dir, testset_version).by_id()
@@ -135,20 +151,29 @@ def score_run(settings: Settings, run_id: str, progress: Progress = quiet, *, sa
             judge.close()
     clock.lap("score")
     progress(f"scored {len(scores)} instances")
+    return Graded(config, instances, tasks, trajectories, scores, clock)
+
+
+def complete_scoring(
+    settings: Settings, run_id: str, graded: Graded, progress: Progress = quiet, *, save: bool = True
+) -> Scored:
+    """The rest of stages 4 and 5: scored in the reference worlds, failures clustered, the outputs validated
+    (GX) and the scores saved (`save=False` writes nothing)."""
+    config, scores, trajectories, clock = graded.config, graded.scores, graded.trajectories, graded.clock
     if config.reference_worlds and not score_in_worlds(
-        settings, scores, trajectories, tasks, timeout_ms=config.sql_timeout_ms * 2, progress=progress
+        settings, scores, trajectories, graded.tasks, timeout_ms=config.sql_timeout_ms * 2, progress=progress
     ):
         progress("semantic accuracy not measured: no reference world is built (`evalpkg testset worlds` builds them)")
     clock.lap("semantic")
     if save and (before := store.comparator_versions(settings, run_id) - {COMPARATOR_VERSION}):
         earlier = ", ".join(sorted(f"v{v or 1}" for v in before))  # scores without a version predate v2
         progress(f"{run_id} was scored before by comparator {earlier}; its scores now follow v{COMPARATOR_VERSION}")
-    clusters, assignment = cluster_failures(scores, tasks, seed=config.seed)
+    clusters, assignment = cluster_failures(scores, graded.tasks, seed=config.seed)
     clock.lap("cluster")
     validation = validate_frames(
         load_suite(settings.expectations_dir / "run_outputs.json"),
         _frames(scores, trajectories),
-        {"planned_instances": len(instances)},
+        {"planned_instances": len(graded.instances)},
     )
     validation.raise_on_failure(DataError)
     clock.lap("gx")
@@ -156,6 +181,11 @@ def score_run(settings: Settings, run_id: str, progress: Progress = quiet, *, sa
         _save_scores(settings, run_id, scores, clusters, assignment)
         clock.lap("score")  # saving the scores belongs to scoring
     return Scored(scores, breakdown(scores), clusters, validation, trajectories, clock.seconds, assignment)
+
+
+def score_run(settings: Settings, run_id: str, progress: Progress = quiet, *, save: bool = True) -> Scored:
+    """Stages 4 and 5 from the store alone: re-scoring never calls a model; `save=False` writes nothing."""
+    return complete_scoring(settings, run_id, grade_run(settings, run_id, progress), progress, save=save)
 
 
 class _Stages:
@@ -204,6 +234,27 @@ def report_run(settings: Settings, run_id: str, scored: Scored) -> Path:
     )
 
 
+def _tracker(
+    settings: Settings, run_id: str, graded: Graded | Scored, config: RunConfig, max_traces: int | None = None
+) -> Tracker:
+    max_traces = config.max_traces if max_traces is None else max_traces
+    return Tracker(settings.tracking_uri, run_id, config, graded.scores, graded.trajectories, max_traces)
+
+
+def _finish_tracking(
+    settings: Settings, run_id: str, tracker: Tracker, scored: Scored, report_ready: Callable[[], object]
+) -> str:
+    config, testset_version, snap, instances = store.load_run(settings, run_id)
+    shards: dict[int, list[str]] = {s: [] for s in range(config.shards)}  # a child run per shard, even empty
+    for i in instances:
+        shards.setdefault(i.shard, []).append(i.instance_id)
+    d = store.run_dir(settings, run_id)
+    names = ("report.html", "report_files", "clusters.csv", "scores.jsonl", "config.json", "plan.json")
+    parent = tracker.finish(testset_version, snap, scored.table, shards, [d / n for n in names], report_ready)
+    store.set_mlflow_run(settings, run_id, parent)
+    return parent
+
+
 def track_run(
     settings: Settings,
     run_id: str,
@@ -211,48 +262,32 @@ def track_run(
     max_traces: int | None = None,
     report_ready: Callable[[], object] = lambda: None,
 ) -> str:
-    from evalpkg.pipeline.tracking import log_run
-
-    config, testset_version, snap, instances = store.load_run(settings, run_id)
-    shards: dict[int, list[str]] = {s: [] for s in range(config.shards)}  # a child run per shard, even empty
-    for i in instances:
-        shards.setdefault(i.shard, []).append(i.instance_id)
-    d = store.run_dir(settings, run_id)
-    names = ("report.html", "report_files", "clusters.csv", "scores.jsonl", "config.json", "plan.json")
-    artifacts = [d / n for n in names]
-    max_traces = config.max_traces if max_traces is None else max_traces
-    parent = log_run(
-        settings.tracking_uri,
-        run_id,
-        config,
-        testset_version,
-        snap,
-        scored.table,
-        scored.scores,
-        shards,
-        scored.trajectories,
-        artifacts,
-        max_traces,
-        report_ready,
-    )
-    store.set_mlflow_run(settings, run_id, parent)
-    return parent
+    """A scored run logged to MLflow at once (finish_run starts its traces earlier)."""
+    config = store.load_run(settings, run_id)[0]
+    with _tracker(settings, run_id, scored, config, max_traces) as tracker:
+        return _finish_tracking(settings, run_id, tracker, scored, report_ready)
 
 
 def finish_run(settings: Settings, run_id: str, *, track: bool, progress: Progress = quiet) -> Finished:
     """The one path after execution, for the CLI, the DAG and re-scoring: score and cluster, validate
     the outputs (GX), write the HTML report, log to MLflow when `track`."""
-    scored = score_run(settings, run_id, progress)
-    clock = _Stages()
-    with ThreadPoolExecutor(1, thread_name_prefix="report") as writer:
-        # tracking starts while the report is written; the report is logged once it is there
-        report = writer.submit(_timed, report_run, settings, run_id, scored)
-        mlflow_run_id = track_run(settings, run_id, scored, report_ready=report.result) if track else None
-        path, scored.seconds["report"] = report.result()
-    clock.lap("tracking")
+    graded = grade_run(settings, run_id, progress)
+    with ExitStack() as stack:
+        # the traces leave as soon as the answers are graded, beside the reference worlds, clustering, GX
+        # and the report; what tracking adds is the wait for them after those
+        export_started = time.perf_counter()
+        tracker = stack.enter_context(_tracker(settings, run_id, graded, graded.config)) if track else None
+        scored = complete_scoring(settings, run_id, graded, progress)
+        clock = _Stages()
+        with ThreadPoolExecutor(1, thread_name_prefix="report") as writer:
+            # the report is logged once it is there
+            report = writer.submit(_timed, report_run, settings, run_id, scored)
+            mlflow_run_id = _finish_tracking(settings, run_id, tracker, scored, report.result) if tracker else None
+            path, scored.seconds["report"] = report.result()
+        clock.lap("tracking")
     if track:
         scored.seconds["tracking"] = clock.seconds["tracking"]
-    return Finished(scored, path, mlflow_run_id)
+    return Finished(scored, path, mlflow_run_id, time.perf_counter() - export_started if track else None)
 
 
 def _timed(fn: Callable[..., Path], *args: Any) -> tuple[Path, float]:
@@ -284,6 +319,7 @@ def run_all(
         "run_id": run_id,
         "report": finished.report,
         "mlflow_run_id": finished.mlflow_run_id,
+        "traces_s": finished.traces_s,
         "shards": reports,
         "overall": finished.scored.table["overall"],
         "table": finished.scored.table,

@@ -97,6 +97,163 @@ def _log_trace(mlflow: Any, traj: Trajectory, score: InstanceScore | None) -> No
     root.end(end_time_ns=root_draft.end_ns)
 
 
+class Tracker:
+    """One evaluation's MLflow parent run, its traces on their way from the moment it is entered (they need
+    only the graded answers, so they leave while the answers are scored in the reference worlds, clustered
+    and reported); `finish` logs the rest and checks that every trace arrived. Leaving it on an exception
+    stops the traces not yet sent and marks the parent FAILED; a re-log completes it."""
+
+    def __init__(
+        self,
+        tracking_uri: str,
+        run_id: str,
+        config: RunConfig,
+        scores: list[InstanceScore],
+        trajectories: list[Trajectory],
+        max_traces: int | None = None,
+    ) -> None:
+        self.tracking_uri, self.run_id, self.config = tracking_uri, run_id, config
+        self.by_id = {s.instance_id: s for s in scores}
+        self.trajectories = trajectories
+        self.traced = _traced(trajectories, self.by_id, max_traces)
+        self.export: OtlpExport | None = None
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Tracker:
+        for key, value in BATCHED_TRACES.items():
+            os.environ.setdefault(key, value)
+        # Telemetry off (it must be set before mlflow is imported): it cannot reach its endpoint here, and its
+        # session id, kept in os.environ, raced with requests reading the environment in a retried DAG task.
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        import mlflow
+
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        mlflow.set_tracking_uri(self.tracking_uri)
+        try:
+            self.experiment_id = mlflow.set_experiment(EXPERIMENT).experiment_id
+        except Exception as exc:
+            raise ServiceError(
+                f"MLflow at {self.tracking_uri} is unreachable: {str(exc).splitlines()[0][:200]}"
+            ) from exc
+        self.client = mlflow.MlflowClient()
+        tagged = _runs_of(self.client, self.experiment_id, self.run_id)
+        parents = [r for r in tagged if PARENT_TAG not in r.data.tags]
+        self.reused = parents[0].info.run_id if parents else None
+        self.children = {
+            int(r.data.tags[SHARD_TAG]): r.info.run_id
+            for r in reversed(tagged)  # the newest child of a shard wins
+            if self.reused and r.data.tags.get(PARENT_TAG) == self.reused and r.data.tags.get(SHARD_TAG, "").isdigit()
+        }
+        if self.reused:
+            mlflow.flush_trace_async_logging()  # an attempt this process abandoned sends its last traces first
+            _delete_traces(self.client, self.experiment_id, self.reused)
+        config = self.config
+        # the run id tag goes on at creation, so a run that an interrupted attempt left behind is found
+        self.parent_id = self._stack.enter_context(
+            mlflow.start_run(
+                run_id=self.reused,
+                run_name=None if self.reused else f"{config.name} {self.run_id}",
+                tags={RUN_ID_TAG: self.run_id, "benchmark": "emr-agent", "model": config.model, "agent": config.agent},
+            )
+        ).info.run_id
+        self._stack.callback(self._stop_export)  # Ctrl-C, or a stage that failed: the rest stays unsent
+        pairs = [(t, self.by_id.get(t.instance_id)) for t in self.traced]
+        self.export = _export_otlp(self.tracking_uri, self.experiment_id, self.parent_id, pairs)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        # MLflow prints run links on stdout as the run ends; keep stdout for our own output (report path).
+        with contextlib.redirect_stdout(sys.stderr):
+            self._stack.__exit__(*exc)
+
+    def _stop_export(self) -> None:
+        if self.export is not None:
+            self.export.close()
+
+    def finish(
+        self,
+        testset_version: str,
+        snapshot: str,
+        table: dict[str, dict[str, float]],
+        shards: dict[int, list[str]],
+        artifacts: list[Path],
+        artifacts_ready: Callable[[], object] = lambda: None,
+    ) -> str:
+        """Params, metrics, a child run per shard and the artifacts (once `artifacts_ready` returns: a report
+        being written meanwhile); returns the parent run id once every trace reached the server."""
+        import mlflow
+
+        config, client, export = self.config, self.client, self.export
+        params = config.model_dump(mode="json", exclude={"api_key"})
+        params.update(
+            testset_version=testset_version,
+            snapshot_version=snapshot,
+            config_fingerprint=config.fingerprint(),
+            comparator_version=COMPARATOR_VERSION,
+            run_id=self.run_id,
+        )
+        summary = served_summary(config.served)
+        params.update(_served_params(summary))
+        mlflow.log_params(_loggable(client, self.reused, {k: str(v) for k, v in params.items()}))
+        mlflow.set_tags({**summary, COMPARATOR_TAG: str(COMPARATOR_VERSION), FINGERPRINT_TAG: config.fingerprint()})
+        mlflow.log_metrics(flat_metrics(table))
+        with contextlib.redirect_stdout(sys.stderr):
+            for shard, ids in sorted(shards.items()):
+                child_id = self.children.get(shard)
+                with mlflow.start_run(
+                    run_id=child_id,
+                    run_name=None if child_id else f"shard {shard}",
+                    nested=True,
+                    tags={RUN_ID_TAG: self.run_id, SHARD_TAG: str(shard)},
+                ):
+                    mlflow.log_params({"shard": shard, "run_id": self.run_id, "instances": len(ids)})
+                    if identity := config.served.get(shard):
+                        mlflow.set_tags({SERVED_PREFIX + k: str(v) for k, v in identity.items()})
+                    shard_scores = [self.by_id[i] for i in ids if i in self.by_id]
+                    mlflow.log_metrics({k: v for k, v in summarize(shard_scores).items() if v == v})
+        mlflow.set_tags(
+            {
+                TRACES_TAG: f"{len(self.traced)} of {len(self.trajectories)}",
+                EXPORT_TAG: "otlp" if export else "span api" if self.traced else "none",
+            }
+        )
+        if export is None:
+            for n, traj in enumerate(self.traced, 1):
+                _log_trace(mlflow, traj, self.by_id.get(traj.instance_id))
+                if n % SPAN_API_FLUSH_EVERY == 0:
+                    mlflow.flush_trace_async_logging()
+        artifacts_ready()
+        for path in artifacts:
+            if path.is_dir():  # the report's trajectories, loaded as a row is opened
+                mlflow.log_artifacts(str(path), path.name)
+            elif path.exists():
+                mlflow.log_artifact(str(path))
+        if export is not None:
+            export.wait()
+        mlflow.flush_trace_async_logging()
+        return self._check_traces()
+
+    def _check_traces(self) -> str:
+        """The parent run id, once the server holds every trace for it (else a ServiceError of tracking)."""
+        export, traced, uri = self.export, self.traced, self.tracking_uri
+        rerun = f"`evalpkg score {self.run_id} --track` logs them again (it replaces them, nothing is logged twice)"
+        if export is not None and export.error is not None:
+            raise ServiceError(
+                f"MLflow at {uri} took {len(export.sent)} of the {len(traced)} traces of run {self.run_id} "
+                f"before their export failed ({export.error}): {rerun}"
+            )
+        held = count_traces(self.client, self.experiment_id, self.parent_id)
+        if export is not None and held < len(export.sent):  # the server stored them but did not link them all
+            for ids in chunks(export.sent):
+                self.client.link_traces_to_run(ids, self.parent_id)
+            held = count_traces(self.client, self.experiment_id, self.parent_id)
+        if held != len(traced):
+            raise ServiceError(
+                f"MLflow at {uri} holds {held} of the {len(traced)} traces of run {self.run_id}: {rerun}"
+            )
+        return str(self.parent_id)
+
+
 def log_run(
     tracking_uri: str,
     run_id: str,
@@ -111,111 +268,10 @@ def log_run(
     max_traces: int | None = None,
     artifacts_ready: Callable[[], object] = lambda: None,
 ) -> str:
-    """Returns the parent MLflow run id; logging the same run id again reuses that parent. Traces go
-    out in batches off this thread; `artifacts_ready` is waited for (a report being written meanwhile)
-    before the artifacts are logged, and the run fails unless every trace reached the server."""
-    for key, value in BATCHED_TRACES.items():
-        os.environ.setdefault(key, value)
-    # Telemetry off (it must be set before mlflow is imported): it cannot reach its endpoint here, and its
-    # session id, kept in os.environ, raced with requests reading the environment in a retried DAG task.
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    import mlflow
-
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    mlflow.set_tracking_uri(tracking_uri)
-    try:
-        experiment_id = mlflow.set_experiment(EXPERIMENT).experiment_id
-    except Exception as exc:
-        raise ServiceError(f"MLflow at {tracking_uri} is unreachable: {str(exc).splitlines()[0][:200]}") from exc
-    client = mlflow.MlflowClient()
-    tagged = _runs_of(client, experiment_id, run_id)
-    parents = [r for r in tagged if PARENT_TAG not in r.data.tags]
-    parent_id = parents[0].info.run_id if parents else None
-    children = {
-        int(r.data.tags[SHARD_TAG]): r.info.run_id
-        for r in reversed(tagged)  # the newest child of a shard wins
-        if parent_id and r.data.tags.get(PARENT_TAG) == parent_id and r.data.tags.get(SHARD_TAG, "").isdigit()
-    }
-    if parent_id:
-        mlflow.flush_trace_async_logging()  # an attempt this process abandoned sends its last traces first
-        _delete_traces(client, experiment_id, parent_id)
-    params = config.model_dump(mode="json", exclude={"api_key"})
-    params.update(
-        testset_version=testset_version,
-        snapshot_version=snapshot,
-        config_fingerprint=config.fingerprint(),
-        comparator_version=COMPARATOR_VERSION,
-        run_id=run_id,
-    )
-    summary = served_summary(config.served)
-    params.update(_served_params(summary))
-    params = _loggable(client, parent_id, {k: str(v) for k, v in params.items()})
-    by_id = {s.instance_id: s for s in scores}
-    # MLflow prints run links on stdout; keep stdout for our own output (report path).
-    with (
-        contextlib.redirect_stdout(sys.stderr),
-        # the run id tag goes on at creation, so a run that an interrupted attempt left behind is found
-        mlflow.start_run(
-            run_id=parent_id,
-            run_name=None if parent_id else f"{config.name} {run_id}",
-            tags={RUN_ID_TAG: run_id, "benchmark": "emr-agent", "model": config.model, "agent": config.agent},
-        ) as parent,
-    ):
-        mlflow.log_params(params)
-        mlflow.set_tags({**summary, COMPARATOR_TAG: str(COMPARATOR_VERSION), FINGERPRINT_TAG: config.fingerprint()})
-        mlflow.log_metrics(flat_metrics(table))
-        for shard, ids in sorted(shards.items()):
-            child_id = children.get(shard)
-            with mlflow.start_run(
-                run_id=child_id,
-                run_name=None if child_id else f"shard {shard}",
-                nested=True,
-                tags={RUN_ID_TAG: run_id, SHARD_TAG: str(shard)},
-            ):
-                mlflow.log_params({"shard": shard, "run_id": run_id, "instances": len(ids)})
-                if identity := config.served.get(shard):
-                    mlflow.set_tags({SERVED_PREFIX + k: str(v) for k, v in identity.items()})
-                shard_scores = [by_id[i] for i in ids if i in by_id]
-                mlflow.log_metrics({k: v for k, v in summarize(shard_scores).items() if v == v})
-        traced = _traced(trajectories, by_id, max_traces)
-        mlflow.set_tags({TRACES_TAG: f"{len(traced)} of {len(trajectories)}"})
-        pairs = [(t, by_id.get(t.instance_id)) for t in traced]
-        export = _export_otlp(tracking_uri, experiment_id, parent.info.run_id, pairs)
-        try:
-            mlflow.set_tags({EXPORT_TAG: "otlp" if export else "span api" if pairs else "none"})
-            if export is None:
-                for n, (traj, score) in enumerate(pairs, 1):
-                    _log_trace(mlflow, traj, score)
-                    if n % SPAN_API_FLUSH_EVERY == 0:
-                        mlflow.flush_trace_async_logging()
-            artifacts_ready()
-            for path in artifacts:
-                if path.is_dir():  # the report's trajectories, loaded as a row is opened
-                    mlflow.log_artifacts(str(path), path.name)
-                elif path.exists():
-                    mlflow.log_artifact(str(path))
-            if export is not None:
-                export.wait()
-        finally:
-            if export is not None:
-                export.close()  # Ctrl-C, or a report that failed: the batches not yet sent stay unsent
-        mlflow.flush_trace_async_logging()
-        rerun = f"`evalpkg score {run_id} --track` logs them again (it replaces them, nothing is logged twice)"
-        if export is not None and export.error is not None:
-            raise ServiceError(
-                f"MLflow at {tracking_uri} took {len(export.sent)} of the {len(traced)} traces of run {run_id} "
-                f"before their export failed ({export.error}): {rerun}"
-            )
-        held = count_traces(client, experiment_id, parent.info.run_id)
-        if export is not None and held < len(export.sent):  # the server stored them but did not link them all
-            for ids in chunks(export.sent):
-                client.link_traces_to_run(ids, parent.info.run_id)
-            held = count_traces(client, experiment_id, parent.info.run_id)
-        if held != len(traced):
-            raise ServiceError(
-                f"MLflow at {tracking_uri} holds {held} of the {len(traced)} traces of run {run_id}: {rerun}"
-            )
-        return str(parent.info.run_id)
+    """A whole run logged at once (a Tracker entered and finished); returns the parent MLflow run id, which
+    logging the same run id again reuses."""
+    with Tracker(tracking_uri, run_id, config, scores, trajectories, max_traces) as tracker:
+        return tracker.finish(testset_version, snapshot, table, shards, artifacts, artifacts_ready)
 
 
 def _export_otlp(

@@ -316,6 +316,58 @@ def test_tracking_cut_short_is_completed_by_a_rerun_that_logs_nothing_twice(
         mlflow_server.stop(generated)
 
 
+def test_traces_leave_as_answers_are_graded_and_a_stage_failing_after_is_completed_by_a_rerun(
+    synced: SyncReport, generated: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """finish_run sends the traces while the stages after grading run (the first request is stored before
+    clustering begins); a stage failing after that leaves no sender behind and its parent FAILED, and
+    finishing again completes the parent with every trace once."""
+    import threading
+
+    import mlflow
+
+    from evalpkg.pipeline import run
+    from evalpkg.pipeline.tracking import RUN_ID_TAG, count_traces
+    from evalpkg.services import mlflow_server
+
+    run_id, scored = run_agent(generated, "gold", limit=40)  # 240 traces: three requests
+    instances = len(scored.scores)
+    mlflow.set_tracking_uri(generated.tracking_uri)
+    client = mlflow.MlflowClient()
+    cluster = run.cluster_failures
+    held_at_clustering: list[int] = []
+
+    def parent() -> Any:
+        experiment = client.get_experiment_by_name("emr-agent-benchmark")
+        return client.search_runs([experiment.experiment_id], f"tags.`{RUN_ID_TAG}` = '{run_id}'")[-1]
+
+    def fails_after_counting(*args: Any, **kwargs: Any) -> Any:
+        p = parent()
+        held_at_clustering.append(count_traces(client, p.info.experiment_id, p.info.run_id))
+        raise KeyboardInterrupt
+
+    mlflow_server.start(generated)
+    try:
+        monkeypatch.setattr(run, "cluster_failures", fails_after_counting)
+        with pytest.raises(KeyboardInterrupt):
+            run.finish_run(generated, run_id, track=True)
+        assert held_at_clustering and held_at_clustering[0] >= 100, held_at_clustering
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("otlp")]  # nothing left sending
+        assert parent().info.status == "FAILED"
+        monkeypatch.setattr(run, "cluster_failures", cluster)
+        finished = run.finish_run(generated, run_id, track=True)
+        assert finished.mlflow_run_id == parent().info.run_id and parent().info.status == "FINISHED"
+        assert finished.traces_s is not None and finished.traces_s > 0
+        traces = mlflow.search_traces(
+            run_id=finished.mlflow_run_id, locations=[parent().info.experiment_id], return_type="list"
+        )
+        roots = [next(s for s in t.data.spans if s.parent_id is None) for t in traces]
+        assert sorted(r.attributes["instance_id"] for r in roots) == sorted(s.instance_id for s in scored.scores)
+        assert len(traces) == instances
+    finally:
+        mlflow_server.stop(generated)
+
+
 SMALL_WORLD = worlds.World(800, 9, 6)  # another seed, size and key than the run's snapshot
 
 
