@@ -43,9 +43,13 @@ def score_in_worlds(
     for world, kept in worlds.each(settings, tuple(built), progress=progress):
         executor = ReadOnlyExecutor(kept.agent_url(), timeout_ms=timeout_ms)
         gold = GoldCache(executor)
+        seen: dict[tuple[str, str | None, str, str], bool | None] = {}  # repeats and variants often send one query
         try:
             for s in matched:
-                if _matches(tasks[s.task_id], s, final_sql.get(s.instance_id), gold, executor) is False:
+                key = (s.task_id, final_sql.get(s.instance_id), s.language, s.complexity)
+                if key not in seen:
+                    seen[key] = _matches(tasks[s.task_id], s, key[1], gold, executor)
+                if seen[key] is False:
                     s.world_misses.append(world.label())
         finally:
             executor.close()

@@ -8,7 +8,7 @@ from typing import Any, cast
 import pytest
 
 from evalpkg.agent.trajectory import Trajectory
-from evalpkg.grading.execution import GoldCache
+from evalpkg.grading.execution import GoldCache, execution_match
 from evalpkg.pipeline.score import InstanceScore, score_instance
 from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.testset.models import Task
@@ -196,3 +196,36 @@ def test_a_gold_answers_only_the_variants_whose_columns_it_returns(
     level: str, pred: Result, match: bool, why: str
 ) -> None:
     assert score(make_task(gold=[GOLD, WIDE]), level, pred, "", GOLDS).exec_match is match, why
+
+
+class Counting(Results):
+    """The stand-in executor, counting the queries it ran."""
+
+    def __init__(self, results: dict[str, Result]) -> None:
+        super().__init__(results)
+        self.ran: list[str] = []
+
+    def run(self, sql: str) -> QueryResult:
+        self.ran.append(sql)
+        return super().run(sql)
+
+
+@pytest.mark.parametrize(
+    ("sql", "runs", "status", "why"),
+    [
+        (GOLD, [GOLD], "success", "the gold's own text: its result is the gold's, the query runs once"),
+        ("agent sql", [GOLD, "agent sql"], "success", "another text runs on its own"),
+        ("no such table", [GOLD, "no such table"], "failure", "a failing query is still a failure"),
+        (None, [GOLD], "failure", "no SQL runs nothing"),
+    ],
+)
+def test_a_prediction_is_run_once_and_a_gold_text_not_again(
+    sql: str | None, runs: list[str], status: str, why: str
+) -> None:
+    executor = Counting({GOLD: (COLUMNS, [ROW]), "agent sql": (COLUMNS, [ROW])})
+    gold = GoldCache(cast(ReadOnlyExecutor, executor))
+    task = make_task()
+    for _ in range(3):  # repeats send the same query
+        result = execution_match(task, sql, gold, cast(ReadOnlyExecutor, executor))
+    assert executor.ran == runs, why
+    assert result[:2] == (status, status == "success"), why
