@@ -18,7 +18,7 @@ import pandas as pd
 
 from evalpkg.agent.tools import TOOL_NAMES
 from evalpkg.agent.trajectory import Trajectory, sha256_text
-from evalpkg.errors import DataError
+from evalpkg.errors import DataError, ServiceError
 from evalpkg.expectations import ValidationReport, load_suite, validate_frames
 from evalpkg.grading.comparator import COMPARATOR_VERSION
 from evalpkg.grading.execution import GoldCache
@@ -276,7 +276,12 @@ def finish_run(settings: Settings, run_id: str, *, track: bool, progress: Progre
         # the traces leave as soon as the answers are graded, beside the reference worlds, clustering, GX
         # and the report; what tracking adds is the wait for them after those
         export_started = time.perf_counter()
-        tracker = stack.enter_context(_tracker(settings, run_id, graded, graded.config)) if track else None
+        tracker, unreachable = None, None
+        if track:
+            try:
+                tracker = stack.enter_context(_tracker(settings, run_id, graded, graded.config))
+            except ServiceError as exc:  # MLflow is down: the scores and the report still come, then this
+                unreachable = exc
         scored = complete_scoring(settings, run_id, graded, progress)
         clock = _Stages()
         with ThreadPoolExecutor(1, thread_name_prefix="report") as writer:
@@ -285,6 +290,8 @@ def finish_run(settings: Settings, run_id: str, *, track: bool, progress: Progre
             mlflow_run_id = _finish_tracking(settings, run_id, tracker, scored, report.result) if tracker else None
             path, scored.seconds["report"] = report.result()
         clock.lap("tracking")
+    if unreachable is not None:
+        raise unreachable
     if track:
         scored.seconds["tracking"] = clock.seconds["tracking"]
     return Finished(scored, path, mlflow_run_id, time.perf_counter() - export_started if track else None)

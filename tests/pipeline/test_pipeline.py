@@ -368,6 +368,30 @@ def test_traces_leave_as_answers_are_graded_and_a_stage_failing_after_is_complet
         mlflow_server.stop(generated)
 
 
+def test_mlflow_down_still_leaves_the_scores_and_the_report(
+    gold_run: tuple[str, Scored], generated: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tracking starts as the answers are graded, but an unreachable MLflow fails only the tracking step:
+    the scores are saved and the report written first, then the run says what failed."""
+    from evalpkg.errors import ServiceError
+    from evalpkg.net import free_port
+    from evalpkg.pipeline import run
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # refused at once, not after MLflow's back-off
+    down = generated.model_copy(update={"mlflow_uri": f"http://127.0.0.1:{free_port()}"})
+    run_id, _ = gold_run
+    report = store.run_dir(generated, run_id) / "report.html"
+    report.unlink(missing_ok=True)  # (score_run writes none)
+    with store.results_db(generated) as conn:
+        conn.execute("delete from results.score where run_id = %s", (run_id,))
+    with pytest.raises(ServiceError, match="unreachable"):
+        run.finish_run(down, run_id, track=True)
+    assert report.exists()
+    with store.results_db(generated) as conn:
+        saved = conn.execute("select count(*) from results.score where run_id = %s", (run_id,)).fetchone()
+    assert saved is not None and saved[0] == len(gold_run[1].scores)
+
+
 SMALL_WORLD = worlds.World(800, 9, 6)  # another seed, size and key than the run's snapshot
 
 
