@@ -158,7 +158,11 @@ class Tracker:
         ).info.run_id
         self._stack.callback(self._stop_export)  # Ctrl-C, or a stage that failed: the rest stays unsent
         pairs = [(t, self.by_id.get(t.instance_id)) for t in self.traced]
-        self.export = _export_otlp(self.tracking_uri, self.experiment_id, self.parent_id, pairs)
+        try:
+            self.export = _export_otlp(self.tracking_uri, self.experiment_id, self.parent_id, pairs)
+        except BaseException:  # (Ctrl-C in the first request) `with` calls no __exit__ when __enter__ raises
+            self.__exit__(*sys.exc_info())
+            raise
         return self
 
     def __exit__(self, *exc: Any) -> None:

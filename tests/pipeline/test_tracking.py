@@ -265,3 +265,25 @@ def test_tracking_cut_short_leaves_no_sender_behind_and_a_relog_logs_nothing_twi
     parent = _log(tracking_uri, "cut-short")
     traces = _traces(tracking_uri, parent)
     assert len(traces) == N and len(set(_instances(traces))) == N
+
+
+def test_ctrl_c_in_the_first_request_ends_the_parent_and_a_relog_completes_it(
+    tracking_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first batch is sent while the Tracker is entered: interrupted there, the parent run must still be
+    ended (else this process could start no other run) and marked FAILED."""
+    import mlflow
+
+    post = trace_export.OtlpExport._post
+
+    def interrupted(self: trace_export.OtlpExport, body: bytes) -> tuple[int, str]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trace_export.OtlpExport, "_post", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _log(tracking_uri, "first-request")
+    assert mlflow.active_run() is None
+    monkeypatch.setattr(trace_export.OtlpExport, "_post", post)
+    parent = _log(tracking_uri, "first-request")
+    assert len(_traces(tracking_uri, parent)) == N
+    assert mlflow.MlflowClient(tracking_uri).get_run(parent).info.status == "FINISHED"
