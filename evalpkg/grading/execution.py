@@ -45,8 +45,7 @@ class GoldCache:
             return self._predictions[sql]
         if sql is not None and sql in self._rows:  # a gold's own text: what it returned on this snapshot
             columns, rows = self._rows[sql]
-            kept = [[jsonable(v) for v in r] for r in rows]
-            return Prediction("success" if kept else "success_empty", kept, columns, False)  # a gold is never capped
+            return _prediction(columns, rows, capped=False)  # a gold is never capped
         pred = run_prediction(sql, self.executor)
         if sql is not None and len(pred.rows or ()) <= KEPT_PREDICTION_ROWS:
             self._predictions[sql] = pred
@@ -158,8 +157,13 @@ def run_prediction(sql: str | None, executor: ReadOnlyExecutor) -> Prediction:
         result = executor.run(sql)
     except (QueryFailed, SqlRefused):
         return Prediction("failure")
-    rows = [[jsonable(v) for v in r] for r in result.rows]
-    return Prediction("success" if rows else "success_empty", rows, result.columns, result.capped)
+    return _prediction(result.columns, result.rows, capped=result.capped)
+
+
+def _prediction(columns: list[str], rows: list[Any], *, capped: bool) -> Prediction:
+    """A query's result as the scorer reads an agent's: JSON values, empty told apart from failed."""
+    kept = [[jsonable(v) for v in r] for r in rows]
+    return Prediction("success" if kept else "success_empty", kept, columns, capped)
 
 
 def execution_match(

@@ -119,6 +119,8 @@ class Graded:
     """Stage 4's first half: every answer graded on the run's snapshot (what a trace shows)."""
 
     config: RunConfig
+    testset_version: str
+    snapshot: str
     instances: list[Instance]
     tasks: dict[str, Task]
     trajectories: list[Trajectory]
@@ -129,7 +131,7 @@ class Graded:
 def grade_run(settings: Settings, run_id: str, progress: Progress = quiet) -> Graded:
     """Every recorded answer graded on the run's snapshot, from the store alone (no model is called)."""
     clock = _Stages()  # reading the run back is part of scoring it
-    config, testset_version, _, instances = store.load_run(settings, run_id)
+    config, testset_version, snapshot, instances = store.load_run(settings, run_id)
     tasks = release.load(settings.tasks_dir, testset_version).by_id()
     trajectories = store.trajectories(settings, run_id)
     repeats = {i.instance_id: i.repeat for i in instances}
@@ -151,7 +153,7 @@ def grade_run(settings: Settings, run_id: str, progress: Progress = quiet) -> Gr
             judge.close()
     clock.lap("score")
     progress(f"scored {len(scores)} instances")
-    return Graded(config, instances, tasks, trajectories, scores, clock)
+    return Graded(config, testset_version, snapshot, instances, tasks, trajectories, scores, clock)
 
 
 def complete_scoring(
@@ -235,17 +237,22 @@ def report_run(settings: Settings, run_id: str, scored: Scored) -> Path:
 
 
 def _tracker(
-    settings: Settings, run_id: str, graded: Graded | Scored, config: RunConfig, max_traces: int | None = None
+    settings: Settings, run_id: str, config: RunConfig, graded: Graded | Scored, max_traces: int | None = None
 ) -> Tracker:
     max_traces = config.max_traces if max_traces is None else max_traces
     return Tracker(settings.tracking_uri, run_id, config, graded.scores, graded.trajectories, max_traces)
 
 
 def _finish_tracking(
-    settings: Settings, run_id: str, tracker: Tracker, scored: Scored, report_ready: Callable[[], object]
+    settings: Settings,
+    run_id: str,
+    tracker: Tracker,
+    run: tuple[str, str, list[Instance]],  # its test-set version, snapshot and instances, as the store has them
+    scored: Scored,
+    report_ready: Callable[[], object],
 ) -> str:
-    config, testset_version, snap, instances = store.load_run(settings, run_id)
-    shards: dict[int, list[str]] = {s: [] for s in range(config.shards)}  # a child run per shard, even empty
+    testset_version, snap, instances = run
+    shards: dict[int, list[str]] = {s: [] for s in range(tracker.config.shards)}  # a child run per shard, even empty
     for i in instances:
         shards.setdefault(i.shard, []).append(i.instance_id)
     d = store.run_dir(settings, run_id)
@@ -263,9 +270,9 @@ def track_run(
     report_ready: Callable[[], object] = lambda: None,
 ) -> str:
     """A scored run logged to MLflow at once (finish_run starts its traces earlier)."""
-    config = store.load_run(settings, run_id)[0]
-    with _tracker(settings, run_id, scored, config, max_traces) as tracker:
-        return _finish_tracking(settings, run_id, tracker, scored, report_ready)
+    config, testset_version, snap, instances = store.load_run(settings, run_id)
+    with _tracker(settings, run_id, config, scored, max_traces) as tracker:
+        return _finish_tracking(settings, run_id, tracker, (testset_version, snap, instances), scored, report_ready)
 
 
 def finish_run(settings: Settings, run_id: str, *, track: bool, progress: Progress = quiet) -> Finished:
@@ -279,7 +286,7 @@ def finish_run(settings: Settings, run_id: str, *, track: bool, progress: Progre
         tracker, unreachable = None, None
         if track:
             try:
-                tracker = stack.enter_context(_tracker(settings, run_id, graded, graded.config))
+                tracker = stack.enter_context(_tracker(settings, run_id, graded.config, graded))
             except ServiceError as exc:  # MLflow is down: the scores and the report still come, then this
                 unreachable = exc
         scored = complete_scoring(settings, run_id, graded, progress)
@@ -287,7 +294,8 @@ def finish_run(settings: Settings, run_id: str, *, track: bool, progress: Progre
         with ThreadPoolExecutor(1, thread_name_prefix="report") as writer:
             # the report is logged once it is there
             report = writer.submit(_timed, report_run, settings, run_id, scored)
-            mlflow_run_id = _finish_tracking(settings, run_id, tracker, scored, report.result) if tracker else None
+            run = (graded.testset_version, graded.snapshot, graded.instances)
+            mlflow_run_id = _finish_tracking(settings, run_id, tracker, run, scored, report.result) if tracker else None
             path, scored.seconds["report"] = report.result()
         clock.lap("tracking")
     if unreachable is not None:

@@ -114,7 +114,7 @@ class Tracker:
     ) -> None:
         self.tracking_uri, self.run_id, self.config = tracking_uri, run_id, config
         self.by_id = {s.instance_id: s for s in scores}
-        self.trajectories = trajectories
+        self.trajectories_count = len(trajectories)
         self.traced = _traced(trajectories, self.by_id, max_traces)
         self.export: OtlpExport | None = None
         self._stack = contextlib.ExitStack()
@@ -217,7 +217,7 @@ class Tracker:
                     mlflow.log_metrics({k: v for k, v in summarize(shard_scores).items() if v == v})
         mlflow.set_tags(
             {
-                TRACES_TAG: f"{len(self.traced)} of {len(self.trajectories)}",
+                TRACES_TAG: f"{len(self.traced)} of {self.trajectories_count}",
                 EXPORT_TAG: "otlp" if export else "span api" if self.traced else "none",
             }
         )
