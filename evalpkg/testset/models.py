@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Final, Literal
 
@@ -11,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 # its own gold (graded on its own), and a task may state its premise; format 1 and 2 files still load.
 TASK_FORMAT_VERSION: Final = 3
 OUTPUTS_FORMAT: Final = 2  # the first format where a task declares its outputs
+# How a task's notes say that its list (a top N, the groups that pass a threshold) may hold fewer rows.
+FEWER_ROWS_EXPECTED: Final = re.compile(r"fewer rows (than the limit )?(are |is )?expected", re.IGNORECASE)
 
 
 class TaskType(StrEnum):
@@ -280,6 +283,11 @@ class Task(Strict):
                 "answerable": True,
             }
         )
+
+    def fewer_rows_expected(self) -> bool:
+        """The result is a list whose length the data decides (result.empty_expected, or the notes say
+        fewer rows are expected): on another snapshot it may hold fewer rows, none at all included."""
+        return self.result.empty_expected or bool(FEWER_ROWS_EXPECTED.search(self.maintenance_notes))
 
     def variant(self, language: Language, complexity: Complexity) -> QuestionVariant:
         for v in self.variants:

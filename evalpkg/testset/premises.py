@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from evalpkg.sql.executor import QueryResult
     from evalpkg.testset.models import Task
 
-# How a task says that a top N may return fewer rows: result.empty_expected, or these words in its notes.
-FEWER_ROWS_EXPECTED: Final = re.compile(r"fewer rows (than the limit )?(are |is )?expected", re.IGNORECASE)
 # Tags that say a 0 answer is the point of a task. models.Tag has none yet: add it there and here.
 ZERO_ANSWER_TAGS: Final[frozenset[str]] = frozenset()
 # A column of one period of a change: prev_x / this_x / cur_x, or x_prev / x_this / x_cur.
@@ -89,12 +87,18 @@ def limit_of(sql: str) -> int | None:
 
 
 def top_n(task: Task, golds: Sequence[QueryResult]) -> list[Finding]:
-    if task.result.empty_expected or FEWER_ROWS_EXPECTED.search(task.maintenance_notes):
+    """A top N that returns fewer rows; where the task says fewer are expected (Task.fewer_rows_expected),
+    one that returns none, unless an empty result is the task's answer: the list the question asks for
+    is empty on this snapshot."""
+    if task.result.empty_expected:
         return []
+    fewer = task.fewer_rows_expected()
     out = []
     for k, (sql, got) in enumerate(zip(task.gold_sql, golds, strict=True)):
         n = limit_of(sql)
-        if n is not None and len(got.rows) < n:
+        if fewer and not got.rows:
+            out.append(Finding(task.id, "top_n", f"gold #{k + 1} returns no row: none qualifies on this snapshot"))
+        elif not fewer and n is not None and len(got.rows) < n:
             out.append(
                 Finding(task.id, "top_n", f"gold #{k + 1} asks for the top {n} and returns {len(got.rows)} row(s)")
             )

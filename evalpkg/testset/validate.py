@@ -164,7 +164,9 @@ def validate(
                     report.problems.append(f"{rel.root / 'tasks' / (task.id + '.json')}: field gold_sql: {exc}")
                     columns = None
                     continue
-                if not rows and not task.result.empty_expected:
+                # a list the data decides the length of may be empty on another snapshot: premises.top_n
+                # reports that as a finding (held where the release must hold: a reference world)
+                if not rows and not task.fewer_rows_expected():
                     report.problems.append(f"{task.id}: gold SQL returned no rows (result.empty_expected is false)")
                 _check_determinism(report, conn, task, sql, rows)
             report.problems += output_problems(task, columns)

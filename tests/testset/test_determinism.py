@@ -63,6 +63,26 @@ def test_determinism_check(
         assert any(problem in p for p in found), found
 
 
+@pytest.mark.parametrize(
+    ("notes", "problems"),
+    [
+        pytest.param("Fewer rows are expected when few departments qualify.", [], id="the-data-may-shorten-the-list"),
+        pytest.param("", ["answer_points[0] (row 0, col 1): the gold returns 0 row(s)"], id="nothing-says-it-may"),
+    ],
+)
+def test_a_point_past_the_end_of_a_list_the_data_may_shorten_is_absent_not_undetermined(
+    synced: SyncReport, generated: Settings, notes: str, problems: list[str]
+) -> None:
+    # on another snapshot no department may qualify; the scorer leaves such a point out (answer_coverage)
+    sql = f"{BY_DEPT} having count(*) > 1e9 order by n desc, ksdm limit 5"
+    points: list[dict[str, Any]] = [{"kind": "number", "row": 0, "col": 1}]
+    task = Task.model_validate(task_dict(gold_sql=[sql], answer_points=points, maintenance_notes=notes))
+    with agent_connection(generated) as conn:
+        rows = run_gold(conn, sql)
+        assert rows == []
+        assert determinism.check(task, sql, rows, lambda probe: run_gold(conn, probe)) == ([], problems)
+
+
 def test_probe_keeps_outputs_first_and_drops_limit() -> None:
     probe = determinism.order_probe("select a, b as x from t order by x, c desc, 1 limit 3 offset 2")
     assert probe is not None

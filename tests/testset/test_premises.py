@@ -46,6 +46,18 @@ def anomaly(template: str) -> Task:
             "the notes say fewer rows are expected",
         ),
         (
+            task(gold_sql=[f"{TOP} limit 10"], maintenance_notes="Fewer rows are expected in thin years."),
+            0,
+            True,
+            "fewer rows are expected, but none qualifies: the list the question asks for is empty here",
+        ),
+        (
+            task(gold_sql=[TOP], maintenance_notes="Fewer rows are expected when few departments qualify."),
+            0,
+            True,
+            "no LIMIT, but the notes say the data decides the list's length, and it left none",
+        ),
+        (
             task(gold_sql=[f"{TOP} limit 10"], result={"empty_expected": True}),
             0,
             False,
