@@ -126,11 +126,11 @@ def template_files() -> list[tuple[str, Any]]:
 def load_templates(name: str | None = None) -> TemplateFile:
     """Every template: templates_v1.json and the files under templates/ (or one file, by name)."""
     if name is not None:
-        return _template_file(resources.files("evalpkg.testset").joinpath(name), name)
+        return read_template_file(resources.files("evalpkg.testset").joinpath(name), name)
     templates: list[Template] = []
     seen: dict[str, str] = {}
     for label, path in template_files():
-        for t in _template_file(path, label).templates:
+        for t in read_template_file(path, label).templates:
             if t.id in seen:
                 raise ConfigError(f"{label}: template {t.id} is defined in {seen[t.id]} already")
             seen[t.id] = label
@@ -138,7 +138,8 @@ def load_templates(name: str | None = None) -> TemplateFile:
     return TemplateFile(format_version=1, templates=templates)
 
 
-def _template_file(path: Any, label: str) -> TemplateFile:
+def read_template_file(path: Any, label: str) -> TemplateFile:
+    """One template file (a path or an installed resource); errors name ``label`` and the field."""
     try:
         return TemplateFile.model_validate_json(path.read_text(encoding="utf-8"))
     except ValidationError as exc:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from evalpkg.errors import ConfigError
 from evalpkg.progress import Progress, quiet
 from evalpkg.testset import build, worlds
-from evalpkg.testset.build import Template, TemplateFile, _template_file, check_gold, fill
+from evalpkg.testset.build import Template, TemplateFile, check_gold, fill, read_template_file
 from evalpkg.testset.gold import agent_connection
 from evalpkg.testset.params import domains
 from evalpkg.testset.validate import discrimination
@@ -88,7 +88,7 @@ def _parse(path: Path) -> TemplateFile:
             name = t.get("id", f"#{i + 1}") if isinstance(t, dict) else f"#{i + 1}"
             where = ".".join(map(str, err["loc"]))
             raise ConfigError(f"{path}: template {name}: field {where}: {err['msg']}") from exc
-    return _template_file(path, str(path))  # format_version and the rest of the file
+    return read_template_file(path, str(path))  # format_version and the rest of the file
 
 
 def _installed_ids(except_name: str) -> set[str]:
@@ -98,7 +98,7 @@ def _installed_ids(except_name: str) -> set[str]:
         t.id
         for label, path in build.template_files()
         if path.name != except_name
-        for t in _template_file(path, label).templates
+        for t in read_template_file(path, label).templates
     }
 
 
