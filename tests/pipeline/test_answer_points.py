@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from evalpkg.pipeline.score import answer_coverage
+from evalpkg.pipeline.coverage import answer_coverage
 from evalpkg.testset.models import Task
 from tests.testset.test_models_and_fingerprints import task_dict
 

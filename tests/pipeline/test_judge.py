@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from evalpkg.agent.model_client import ModelClient
 from evalpkg.pipeline.judge import Judge, verdict
-from evalpkg.pipeline.score import judged_coverage
+from evalpkg.pipeline.coverage import judged_coverage
 from evalpkg.runconfig import RunConfig
 from evalpkg.testset.models import Task
 from tests.agent.fake_endpoint import FakeEndpoint, serving
