@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from evalpkg.cli_run import register as register_run_commands
 from evalpkg.cli_testset import app as testset_app
 from evalpkg.errors import EvalpkgError, one_line, validation_message
+from evalpkg.progress import to_stderr
 from evalpkg.settings import EVAL_DB, PROD_DB, RESULTS_DB, get_settings
 
 app = typer.Typer(
@@ -30,10 +31,6 @@ app.add_typer(testset_app, name="testset")
 register_run_commands(app)
 
 
-def _log(message: str) -> None:
-    typer.echo(message, err=True)
-
-
 class Target(StrEnum):
     prod = "prod"
     eval = "eval"
@@ -46,7 +43,7 @@ def up() -> None:
     """Start the embedded PostgreSQL cluster and MLflow server (or check the configured ones)."""
     from evalpkg.services import stack
 
-    stack.up(get_settings(), _log)
+    stack.up(get_settings(), to_stderr)
 
 
 @app.command()
@@ -54,7 +51,7 @@ def down() -> None:
     """Stop the embedded services that `up` started."""
     from evalpkg.services import stack
 
-    stack.down(get_settings(), _log)
+    stack.down(get_settings(), to_stderr)
 
 
 @app.command()
@@ -109,8 +106,8 @@ def prod_generate(
     url = get_settings().db_url(PROD_DB)
     with connect(url):  # an unreachable server fails now, not after generating the data
         pass
-    report = generate(url, patients, seed, as_of_date, _log)
-    _log(
+    report = generate(url, patients, seed, as_of_date, to_stderr)
+    to_stderr(
         f"generated {report.total_rows:,} rows in {report.seconds:.1f}s "
         f"({report.total_rows / report.seconds:,.0f} rows/s)"
     )
@@ -137,9 +134,9 @@ def deid_set_key(
         except ValueError as exc:
             raise ConfigError(f"--from-env: {from_env} is not a hex string") from exc
     if bootstrap.set_key(get_settings(), key, replace=replace):
-        _log("de-identification key stored")
+        to_stderr("de-identification key stored")
     else:
-        _log("a key already exists; pass --replace to rotate it")
+        to_stderr("a key already exists; pass --replace to rotate it")
 
 
 @app.command()
@@ -151,10 +148,10 @@ def sync(
     from evalpkg.sync.runner import run_sync
 
     try:
-        report = run_sync(get_settings(), full_refresh=full_refresh, progress=_log)
+        report = run_sync(get_settings(), full_refresh=full_refresh, progress=to_stderr)
     except KeyboardInterrupt as exc:  # run_sync says what it kept; dbt's queries are cancelled by then
         raise Interrupted(str(exc)) from None
-    _log(report.summary())
+    to_stderr(report.summary())
 
 
 class QuantizeMethod(StrEnum):
@@ -184,8 +181,8 @@ def quantize(
         manifest, _ = q.plan(*args, tasks_dir, testset, samples)  # type: ignore[arg-type]
         typer.echo(manifest.model_dump_json(indent=2))
         return
-    done = q.quantize(*args, tasks_dir=tasks_dir, testset_version=testset, samples=samples, progress=_log)  # type: ignore[arg-type]
-    _log(f"wrote {output} ({done.output_digest}); manifest {q.MANIFEST}")
+    done = q.quantize(*args, tasks_dir=tasks_dir, testset_version=testset, samples=samples, progress=to_stderr)  # type: ignore[arg-type]
+    to_stderr(f"wrote {output} ({done.output_digest}); manifest {q.MANIFEST}")
 
 
 def _fail(message: str, code: int) -> NoReturn:

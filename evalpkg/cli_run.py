@@ -13,15 +13,12 @@ import typer
 
 from evalpkg.cli_options import with_run_options
 from evalpkg.errors import ConfigError, DataError, ServiceError, UsageError
+from evalpkg.progress import to_stderr
 from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from evalpkg.pipeline.execute import ShardReport
-
-
-def _log(message: str) -> None:
-    typer.echo(message, err=True)
 
 
 PROBE_TIMEOUT_S = 5
@@ -42,7 +39,7 @@ def log_worker(r: ShardReport) -> None:
         return
     keys = ("model_path", "quantization", "server_version", "gpu")
     served = ", ".join(f"{k} {r.served[k]}" for k in keys if k in r.served)
-    _log(f"shard {r.shard}: {r.served['worker']} worker up in {r.worker_start_s:.1f}s ({served}); {r.worker_log}")
+    to_stderr(f"shard {r.shard}: {r.served['worker']} worker up in {r.worker_start_s:.1f}s ({served}); {r.worker_log}")
 
 
 def unreachable(url: str) -> str | None:
@@ -144,36 +141,36 @@ def register(app: typer.Typer) -> None:
             bar.n = done
             bar.refresh()
 
-        result = run_all(settings, config, progress=_log, shard_progress=tick, track=not no_track)
+        result = run_all(settings, config, progress=to_stderr, shard_progress=tick, track=not no_track)
         bar.close()
         for r in result["shards"]:
             log_worker(r)
         traces = f" (traces sent over {result['traces_s']:.1f} s from grading on)" if result["traces_s"] else ""
-        _log("seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in result["seconds"].items()) + traces)
+        to_stderr("seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in result["seconds"].items()) + traces)
         o = result["overall"]
         for group, m in result["table"].items():  # per task type, then overall, next to the accuracy line
             if group.startswith("type.") and (line := repeats_line(group, m)):
-                _log(line)
+                to_stderr(line)
         if line := repeats_line("overall", o):
-            _log(line)
+            to_stderr(line)
         semantic = (
             f"; semantic accuracy {o['semantic_accuracy']:.1%} ({int(o['coincidental_matches'])} coincidental "
             "matches: right on this snapshot only)"
             if "semantic_accuracy" in o
             else ""
         )
-        _log(
+        to_stderr(
             f"accuracy {o['accuracy']:.1%} (95% CI {o['accuracy_ci_low']:.1%}-{o['accuracy_ci_high']:.1%}) over "
             f"{o['instances']} instances{semantic}; {len(result['clusters'])} error clusters"
         )
         if "dialogue_accuracy" in o:  # follow-up dialogues: each turn on its own, and the dialogue whole
             turns = ", ".join(f"turn {k[5:-9]} {v:.1%}" for k, v in o.items() if re.fullmatch(r"turn_\d+_accuracy", k))
-            _log(
+            to_stderr(
                 f"follow-up dialogues: {int(o['dialogues'])}; dialogue accuracy {o['dialogue_accuracy']:.1%}, "
                 f"turn accuracy {o['turn_accuracy']:.1%} ({turns})"
             )
         if result["mlflow_run_id"]:
-            _log(f"MLflow run {result['mlflow_run_id']} at {get_settings().tracking_uri}")
+            to_stderr(f"MLflow run {result['mlflow_run_id']} at {get_settings().tracking_uri}")
         typer.echo(f"report: {result['report']}")
 
     @app.command()
@@ -185,7 +182,7 @@ def register(app: typer.Typer) -> None:
         check_recorded(settings, run_id)
         if track:
             check_tracking(settings, "drop --track")
-        scored = finish_run(settings, run_id, track=track, progress=_log).scored
+        scored = finish_run(settings, run_id, track=track, progress=to_stderr).scored
         o = scored.table["overall"]
         if line := repeats_line(f"{run_id} overall", o):
             typer.echo(line)
@@ -261,7 +258,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--shard: run {run_id} has shards 0..{config.shards - 1}, got {shard}")
         r = execute_shard(settings, run_id, shard)
         log_worker(r)
-        _log(
+        to_stderr(
             f"shard {r.shard}: {r.recorded} recorded, {r.skipped} recorded before, "
             f"{r.planned} planned, {r.seconds:.1f}s"
         )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from evalpkg.errors import DataError, UsageError
+from evalpkg import cli_review
+from evalpkg.errors import DataError
+from evalpkg.progress import to_stderr
 from evalpkg.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -16,19 +18,15 @@ if TYPE_CHECKING:
 app = typer.Typer(no_args_is_help=True, help="The benchmark test set (tasks/<version>/).")
 
 
-def _log(message: str) -> None:
-    typer.echo(message, err=True)
-
-
 @app.command()
 def build(seed: Annotated[int, typer.Option(help="parameter sampling seed")] = 1) -> None:
     """Freeze the templates into release v1, checked against the current eval snapshot."""
     from evalpkg.testset.build import build_release, export_schema
 
     settings = get_settings()
-    rel = build_release(settings, seed=seed, progress=_log)
+    rel = build_release(settings, seed=seed, progress=to_stderr)
     export_schema(settings)
-    _log(f"wrote {rel.root} ({len(rel.tasks)} tasks)")
+    to_stderr(f"wrote {rel.root} ({len(rel.tasks)} tasks)")
 
 
 @app.command()
@@ -48,7 +46,7 @@ def validate(
 
     settings = get_settings()
     if not reference_worlds:
-        report = run(settings, version, progress=_log)
+        report = run(settings, version, progress=to_stderr)
         for line in report.findings() if findings else []:
             typer.echo(line)
         checks = _gold_plans(settings, release.load(settings.tasks_dir, version).tasks)
@@ -56,13 +54,13 @@ def validate(
         for c in checks if findings else []:
             if c.reason and c.plan is None:
                 typer.echo(f"{c.task.id}: no gold plan: {c.reason}")
-        _log(raise_on_problems(report).summary())
+        to_stderr(raise_on_problems(report).summary())
         return
-    reports = validate_reference(settings, version, progress=_log)
+    reports = validate_reference(settings, version, progress=to_stderr)
     for world, report in reports:
         for line in report.findings() if findings else []:
             typer.echo(f"[{world.label()}] {line}")
-        _log(f"[{world.label()}] {report.summary()}")
+        to_stderr(f"[{world.label()}] {report.summary()}")
     if failed := [(w, r) for w, r in reports if r.problems]:
         w, r = failed[0]
         raise DataError(
@@ -199,7 +197,9 @@ def worlds(
     settings = get_settings()
     ready = set(reference.built(settings))
     if build:
-        for world, _ in reference.each(settings, tuple(w for w in reference.WORLDS if w not in ready), progress=_log):
+        for world, _ in reference.each(
+            settings, tuple(w for w in reference.WORLDS if w not in ready), progress=to_stderr
+        ):
             ready.add(world)
     for world in reference.WORLDS:
         state = "built" if world in ready else "not built"
@@ -224,7 +224,9 @@ def try_templates(
     from evalpkg.testset.try_templates import try_templates as run
 
     settings = get_settings()
-    tried = run(settings, Path(file), reference=reference.WORLDS if reference_worlds else (), seed=seed, progress=_log)
+    tried = run(
+        settings, Path(file), reference=reference.WORLDS if reference_worlds else (), seed=seed, progress=to_stderr
+    )
     for one in tried:  # every graded turn's gold plan, follow-ups' too
         turns = [task.turn_task(i) for task in one.tasks for i in task.graded_turns()]
         one.problems += [
@@ -236,7 +238,7 @@ def try_templates(
             typer.echo(f"  {problem.line()}")
     bad = sum(len(one.problems) for one in tried)
     made = sum(len(one.tasks) for one in tried)
-    _log(f"{len(tried)} template(s), {made}/{sum(o.template.count for o in tried)} tasks made, {bad} problem(s)")
+    to_stderr(f"{len(tried)} template(s), {made}/{sum(o.template.count for o in tried)} tasks made, {bad} problem(s)")
     if bad:
         raise typer.Exit(1)
 
@@ -260,7 +262,7 @@ def audit_scorer(
         snapshot = snapshot_version(conn)
     executor = gold_executor(settings)
     try:
-        results = audit(rel.tasks, executor, progress=_log)
+        results = audit(rel.tasks, executor, progress=to_stderr)
     finally:
         executor.close()
     typer.echo(f"{rel.version}: the scorer on its own golds ({len(rel.tasks)} tasks, snapshot {snapshot})")
@@ -283,7 +285,7 @@ def diff(a: str, b: str) -> None:
     for title, items in (("added", changes.added), ("changed", changes.changed), ("removed", changes.removed)):
         for tid, why in items.items():
             typer.echo(f"{title:<8} {tid}  {why}")
-    _log(f"{a} -> {b}: {len(changes.added)} added, {len(changes.changed)} changed, {len(changes.removed)} removed")
+    to_stderr(f"{a} -> {b}: {len(changes.added)} added, {len(changes.changed)} changed, {len(changes.removed)} removed")
 
 
 @app.command()
@@ -295,8 +297,8 @@ def migrate(
     texts); tasks whose parameters the template withdraws are removed."""
     from evalpkg.testset.migrate import migrate as run
 
-    rel, plan = run(get_settings(), source, reason=reason, progress=_log)
-    _log(f"released {rel.version}: {plan.summary()}")
+    rel, plan = run(get_settings(), source, reason=reason, progress=to_stderr)
+    to_stderr(f"released {rel.version}: {plan.summary()}")
 
 
 @app.command()
@@ -311,213 +313,8 @@ def reselect(
     templates added for the next release join with their tasks."""
     from evalpkg.testset.reselect import reselect as run
 
-    rel, plan = run(get_settings(), source, per_template=per_template, progress=_log)
-    _log(f"released {rel.version}: {plan.summary()}")
+    rel, plan = run(get_settings(), source, per_template=per_template, progress=to_stderr)
+    to_stderr(f"released {rel.version}: {plan.summary()}")
 
 
-@app.command()
-def refresh(
-    month: Annotated[str, typer.Option(help="YYYY-MM of the tickets to mine")],
-    auto_approve: Annotated[
-        bool, typer.Option(help="approve synthetic tickets' tasks without review (their wordings still need one)")
-    ] = False,
-    endpoint: Annotated[
-        str | None, typer.Option(help="OpenAI-compatible base URL of the model that drafts the wordings")
-    ] = None,
-    model: Annotated[str | None, typer.Option(help="the drafting model's name (with --endpoint)")] = None,
-) -> None:
-    """Mine a month of query tickets into the review queue (idempotent): each a task with outputs, answer
-    points and tags, its wordings drafted (by the model at --endpoint, else from the ticket) for review."""
-    from evalpkg.testset.refresh import MONTH_RE
-    from evalpkg.testset.refresh import refresh as run
-
-    if not MONTH_RE.match(month):
-        raise UsageError(f"--month: must be YYYY-MM (month 01..12), got {month!r}")
-    if (endpoint is None) != (model is None):
-        raise UsageError("--endpoint and --model: give both (the drafting model) or neither")
-    drafter = None
-    if endpoint is not None and model is not None:
-        from evalpkg.agent.model_client import ModelClient
-        from evalpkg.testset.ticket_task import ModelDrafter
-
-        drafter = ModelDrafter(ModelClient(endpoint, max_retries=1), model)
-    try:
-        run(get_settings(), month, drafter=drafter, auto_approve=auto_approve, progress=_log)
-    finally:
-        if drafter is not None:
-            drafter.client.close()
-
-
-@app.command()
-def review(
-    ids: Annotated[list[str] | None, typer.Argument(help="candidate task ids; none: list the queue")] = None,
-    approve: Annotated[bool, typer.Option("--approve/--reject")] = True,
-    reviewer: Annotated[str, typer.Option()] = "",
-    role: Annotated[str, typer.Option(help="clinician, analyst or dba")] = "",
-    note: Annotated[str, typer.Option()] = "",
-    arbitrate: Annotated[
-        str | None, typer.Option(help="a task the annotators disagreed on: record --outcome for it instead")
-    ] = None,
-    outcome: Annotated[
-        str | None, typer.Option(help="gold_upheld, gold_fixed, alternative_added, reworded or dropped")
-    ] = None,
-    sql: Annotated[str | None, typer.Option(help="the new gold (gold_fixed) or the added one")] = None,
-    show: Annotated[bool, typer.Option(help="show the candidates named: outputs, answer points, wordings")] = False,
-    wording: Annotated[
-        str | None, typer.Option(help="approve this wording of the one candidate named (e.g. en/plain)")
-    ] = None,
-    text: Annotated[str | None, typer.Option(help="with --wording: the reviewer's own text, approved")] = None,
-) -> None:
-    """Record approve/reject decisions (with reviewer and role), or list the queue; --show a candidate,
-    --wording to approve (or with --text rewrite) one of its wordings; with --arbitrate, the outcome for a
-    task the two annotators disagreed on."""
-    from evalpkg.testset.refresh import load_queue, review_wording
-    from evalpkg.testset.refresh import review as record
-
-    settings = get_settings()
-    if arbitrate is not None:
-        _arbitrate(settings, arbitrate, outcome, reviewer, note, sql)
-        return
-    if not ids:
-        for _, c in load_queue(settings):
-            wordings = f"{len(c.task.variants) - len(c.unapproved())}/{len(c.task.variants)} wordings"
-            typer.echo(f"{c.status:<9} {c.task.id:<32} {c.month}  {wordings:<13} {c.task.variants[0].text}")
-        return
-    if show:
-        _show_candidates(settings, ids)
-        return
-    if not reviewer:
-        raise UsageError("--reviewer: required to record a decision")
-    if role not in ("clinician", "analyst", "dba"):
-        raise UsageError(f"--role: must be clinician, analyst or dba, got {role!r}")
-    if wording is not None:
-        if len(ids) != 1:
-            raise UsageError("--wording: name exactly one candidate")
-        done = review_wording(settings, ids[0], wording, reviewer, role, text)  # type: ignore[arg-type]
-        _log(f"{ids[0]} {done.key}: {'rewritten and ' if done.edited else ''}approved by {done.approved_by}")
-        return
-    decision: Literal["approve", "reject"] = "approve" if approve else "reject"
-    n = record(settings, ids, decision, reviewer, role, note)  # type: ignore[arg-type]
-    _log(f"recorded {decision} for {n} candidate(s)")
-
-
-def _show_candidates(settings: Settings, ids: list[str]) -> None:
-    from evalpkg.testset.models import Language
-    from evalpkg.testset.refresh import load_queue
-
-    queue = {c.task.id: c for _, c in load_queue(settings)}
-    if unknown := [i for i in ids if i not in queue]:
-        raise UsageError(f"not in the review queue: {', '.join(unknown)}")
-    for c in (queue[i] for i in ids):
-        t = c.task
-        typer.echo(f"{t.id} ({c.status}; ticket #{c.ticket_id}, {c.month}): {t.type.value}, {t.difficulty.value}")
-        typer.echo(f"  gold: {t.gold_sql[0]}")
-        for o in t.outputs:
-            typer.echo(f"  output {o.name} (column {o.column}): {o.meaning[Language.zh]} / {o.meaning[Language.en]}")
-        typer.echo(f"  answer points: {len(t.answer_points)} number(s); tags: {', '.join(t.tags) or 'none'}")
-        second = c.second_annotation
-        typer.echo(
-            "  second annotation: "
-            + (f"{second.annotator.id}, agreement {second.agreement:.2f} ({second.detail})" if second else "none yet")
-        )
-        for v in t.variants:
-            w = c.wording(f"{v.language.value}/{v.complexity.value}")
-            state = f"approved by {w.approved_by}" if w and w.approved_by else "NOT APPROVED"
-            typer.echo(
-                f"  {v.language.value}/{v.complexity.value:<10} [{w.drafted_by if w else '?'}; {state}] {v.text}"
-            )
-
-
-def _arbitrate(
-    settings: Settings, task_id: str, outcome: str | None, reviewer: str, note: str, sql: str | None
-) -> None:
-    from typing import get_args
-
-    from evalpkg.testset.annotate import Outcome, arbitrate
-
-    allowed = get_args(Outcome)
-    if outcome not in allowed:
-        raise UsageError(f"--outcome: must be one of {', '.join(allowed)}, got {outcome!r}")
-    if not reviewer:
-        raise UsageError("--reviewer: required to record a decision")
-    arbitrate(settings.tasks_dir, task_id, outcome, reviewer, note, sql)  # type: ignore[arg-type]
-    _log(f"recorded {outcome} for {task_id}")
-
-
-@app.command()
-def adjudicate(
-    source: Annotated[str, typer.Option("--from", help="the latest release, annotated and arbitrated")],
-) -> None:
-    """Next release = SOURCE with each task's review record (both annotators, measured agreement,
-    arbitration) and the arbitrated golds applied."""
-    from evalpkg.testset.adjudicate import adjudicate as run
-
-    rel, plan = run(get_settings(), source, progress=_log)
-    _log(f"released {rel.version}: {plan.summary()}")
-
-
-@app.command()
-def annotate(
-    file: Annotated[str, typer.Option("--file", help="the second annotator's SQL (JSON, see testset/annotate.py)")],
-    version: Annotated[str | None, typer.Option(help="the release to compare with; default: latest")] = None,
-    findings: Annotated[bool, typer.Option(help="list every task the annotators disagree on")] = False,
-    queue: Annotated[bool, typer.Option(help="measure the review queue's candidates instead (kept on each)")] = False,
-) -> None:
-    """Measure a second annotator's agreement with the gold on the snapshot (comparator, per non-technical
-    variant) and keep both under tasks/annotations/ (with --queue: on each candidate of the review queue)."""
-    from pathlib import Path
-
-    from evalpkg.testset.annotate import load_annotation, measure, save
-
-    settings = get_settings()
-    annotation = load_annotation(Path(file))
-    if queue:
-        from evalpkg.testset.refresh import annotate_queue
-
-        for c in annotate_queue(settings, annotation, progress=_log):
-            assert c.second_annotation is not None
-            typer.echo(f"{c.task.id}: agreement {c.second_annotation.agreement:.2f}: {c.second_annotation.detail}")
-        return
-    measured = measure(settings, annotation, version, progress=_log)
-    save(settings.tasks_dir, annotation, measured)
-    for t in measured.disagreements() if findings else []:
-        typer.echo(f"{t.task_id}: agreement {t.agreement:.2f}: {t.detail}")
-    n, bad = len(measured.annotated()), len(measured.disagreements())
-    _log(
-        f"{annotation.annotator.id} on {measured.version}: {measured.overall():.1%} of the {n} tasks it annotated "
-        f"agree on every non-technical variant; {bad} to arbitrate "
-        "(`evalpkg testset review --arbitrate TASK --outcome ...`)"
-    )
-
-
-@app.command("release")
-def release_cmd() -> None:
-    """Make the next version from approved candidates, with CHANGELOG and manifest: those whose wordings
-    are all approved and whose second annotation agrees, checked in every reference world as `validate
-    --reference-worlds` checks a release; one that fails there is refused (exit 1), saying where and why."""
-    from evalpkg.interrupts import Interrupted, held_interrupts
-    from evalpkg.testset import release
-    from evalpkg.testset.refresh import recover_release, release_queue
-
-    settings = get_settings()
-    tasks_dir = settings.tasks_dir
-    recover_release(settings)  # release_queue does too; first here, so that the next version is known
-    version = release.next_version(tasks_dir)
-    # Ctrl-C: before the release dir is renamed into place nothing is left behind; from then on it waits
-    # until the CHANGELOG and the review queue say so too.
-    done = f"{version} was released in full (tasks, manifest, CHANGELOG, review queue) before it took effect"
-    try:
-        with held_interrupts(lambda: (tasks_dir / version).exists(), done):
-            out = release_queue(settings, progress=_log)
-    except KeyboardInterrupt as exc:
-        raise Interrupted(str(exc) or f"nothing was released; {tasks_dir} is as it was") from None
-    rel = out.release
-    if rel is not None:
-        _log(f"released {rel.version}: {len(rel.tasks)} tasks")
-    else:
-        _log("nothing ready to release" if out.held or out.refused else "nothing approved to release")
-    if out.refused:
-        tid, why = next(iter(out.refused.items()))
-        raise DataError(
-            f"refused {len(out.refused)} candidate(s) that fail the reference-world checks; first {tid}: {why[0]}"
-        )
+cli_review.register(app)

@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from evalpkg.agent.model_client import ModelClient
-from evalpkg.pipeline.judge import Judge, verdict
 from evalpkg.pipeline.coverage import judged_coverage
+from evalpkg.pipeline.judge import Judge, verdict
 from evalpkg.runconfig import RunConfig
 from evalpkg.testset.models import Task
 from tests.agent.fake_endpoint import FakeEndpoint, serving

@@ -160,7 +160,8 @@ def _template_sql() -> tuple[str, list[str]]:
 # (what the annotator wrote per follow-up turn, expected agreement, the turn named as differing, why)
 FOLLOWUP_CASES: list[tuple[str, float, str, str]] = [
     ("gold", 1.0, "", "every turn as the gold: the dialogue agrees"),
-    ("second_turn_men", 2 / 3, "turn 2", "the narrower population read as men: only that turn differs"),
+    # women left out (not read as men: under some keys a year's men and women admissions are as many)
+    ("second_turn_everyone", 2 / 3, "turn 2", "the narrower population left out: only that turn differs"),
     ("first_turn_missing", 1 / 3, "turn 1: not annotated", "follow-ups not written: each counts as a disagreement"),
     ("none", 0.0, "not annotated", "nothing written for the task: not annotated, as a one-turn task"),
 ]
@@ -173,11 +174,13 @@ def test_follow_up_turns_are_measured_each_on_their_own_gold(
     first, later = _template_sql()
     followups = {
         "gold": [Written(sql=s) for s in later],
-        "second_turn_men": [Written(sql=later[0]), Written(sql=later[1].replace("xb = 2", "xb = 1"))],
+        "second_turn_everyone": [Written(sql=later[0]), Written(sql=later[1].replace("p.xb = 2 and ", ""))],
         "first_turn_missing": [],
         "none": [],
     }[case]
-    assert case != "second_turn_men" or "xb = 2" in later[1], "the template's turn 2 no longer filters women"
+    assert case != "second_turn_everyone" or "p.xb = 2 and " in later[1], (
+        "the template's turn 2 no longer filters women"
+    )
     annotation = Annotation(
         annotator=ANNOTATOR,
         templates={FOLLOWUP_TEMPLATE: Written(sql=first)} if case != "none" else {},

@@ -1,0 +1,224 @@
+"""`evalpkg testset refresh / review / annotate / adjudicate / release`: the review cycle that turns
+mined tickets and second annotations into the next release."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+
+from evalpkg.errors import DataError, UsageError
+from evalpkg.progress import to_stderr
+from evalpkg.settings import get_settings
+
+if TYPE_CHECKING:
+    from evalpkg.settings import Settings
+
+
+def register(app: typer.Typer) -> None:
+    for command in (refresh, review, adjudicate, annotate):
+        app.command()(command)
+    app.command("release")(release_cmd)
+
+
+def refresh(
+    month: Annotated[str, typer.Option(help="YYYY-MM of the tickets to mine")],
+    auto_approve: Annotated[
+        bool, typer.Option(help="approve synthetic tickets' tasks without review (their wordings still need one)")
+    ] = False,
+    endpoint: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible base URL of the model that drafts the wordings")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="the drafting model's name (with --endpoint)")] = None,
+) -> None:
+    """Mine a month of query tickets into the review queue (idempotent): each a task with outputs, answer
+    points and tags, its wordings drafted (by the model at --endpoint, else from the ticket) for review."""
+    from evalpkg.testset.refresh import MONTH_RE
+    from evalpkg.testset.refresh import refresh as run
+
+    if not MONTH_RE.match(month):
+        raise UsageError(f"--month: must be YYYY-MM (month 01..12), got {month!r}")
+    if (endpoint is None) != (model is None):
+        raise UsageError("--endpoint and --model: give both (the drafting model) or neither")
+    drafter = None
+    if endpoint is not None and model is not None:
+        from evalpkg.agent.model_client import ModelClient
+        from evalpkg.testset.ticket_task import ModelDrafter
+
+        drafter = ModelDrafter(ModelClient(endpoint, max_retries=1), model)
+    try:
+        run(get_settings(), month, drafter=drafter, auto_approve=auto_approve, progress=to_stderr)
+    finally:
+        if drafter is not None:
+            drafter.client.close()
+
+
+def review(
+    ids: Annotated[list[str] | None, typer.Argument(help="candidate task ids; none: list the queue")] = None,
+    approve: Annotated[bool, typer.Option("--approve/--reject")] = True,
+    reviewer: Annotated[str, typer.Option()] = "",
+    role: Annotated[str, typer.Option(help="clinician, analyst or dba")] = "",
+    note: Annotated[str, typer.Option()] = "",
+    arbitrate: Annotated[
+        str | None, typer.Option(help="a task the annotators disagreed on: record --outcome for it instead")
+    ] = None,
+    outcome: Annotated[
+        str | None, typer.Option(help="gold_upheld, gold_fixed, alternative_added, reworded or dropped")
+    ] = None,
+    sql: Annotated[str | None, typer.Option(help="the new gold (gold_fixed) or the added one")] = None,
+    show: Annotated[bool, typer.Option(help="show the candidates named: outputs, answer points, wordings")] = False,
+    wording: Annotated[
+        str | None, typer.Option(help="approve this wording of the one candidate named (e.g. en/plain)")
+    ] = None,
+    text: Annotated[str | None, typer.Option(help="with --wording: the reviewer's own text, approved")] = None,
+) -> None:
+    """Record approve/reject decisions (with reviewer and role), or list the queue; --show a candidate,
+    --wording to approve (or with --text rewrite) one of its wordings; with --arbitrate, the outcome for a
+    task the two annotators disagreed on."""
+    from evalpkg.testset.refresh import load_queue, review_wording
+    from evalpkg.testset.refresh import review as record
+
+    settings = get_settings()
+    if arbitrate is not None:
+        _arbitrate(settings, arbitrate, outcome, reviewer, note, sql)
+        return
+    if not ids:
+        for _, c in load_queue(settings):
+            wordings = f"{len(c.task.variants) - len(c.unapproved())}/{len(c.task.variants)} wordings"
+            typer.echo(f"{c.status:<9} {c.task.id:<32} {c.month}  {wordings:<13} {c.task.variants[0].text}")
+        return
+    if show:
+        _show_candidates(settings, ids)
+        return
+    if not reviewer:
+        raise UsageError("--reviewer: required to record a decision")
+    if role not in ("clinician", "analyst", "dba"):
+        raise UsageError(f"--role: must be clinician, analyst or dba, got {role!r}")
+    if wording is not None:
+        if len(ids) != 1:
+            raise UsageError("--wording: name exactly one candidate")
+        done = review_wording(settings, ids[0], wording, reviewer, role, text)  # type: ignore[arg-type]
+        to_stderr(f"{ids[0]} {done.key}: {'rewritten and ' if done.edited else ''}approved by {done.approved_by}")
+        return
+    decision: Literal["approve", "reject"] = "approve" if approve else "reject"
+    n = record(settings, ids, decision, reviewer, role, note)  # type: ignore[arg-type]
+    to_stderr(f"recorded {decision} for {n} candidate(s)")
+
+
+def _show_candidates(settings: Settings, ids: list[str]) -> None:
+    from evalpkg.testset.models import Language
+    from evalpkg.testset.refresh import load_queue
+
+    queue = {c.task.id: c for _, c in load_queue(settings)}
+    if unknown := [i for i in ids if i not in queue]:
+        raise UsageError(f"not in the review queue: {', '.join(unknown)}")
+    for c in (queue[i] for i in ids):
+        t = c.task
+        typer.echo(f"{t.id} ({c.status}; ticket #{c.ticket_id}, {c.month}): {t.type.value}, {t.difficulty.value}")
+        typer.echo(f"  gold: {t.gold_sql[0]}")
+        for o in t.outputs:
+            typer.echo(f"  output {o.name} (column {o.column}): {o.meaning[Language.zh]} / {o.meaning[Language.en]}")
+        typer.echo(f"  answer points: {len(t.answer_points)} number(s); tags: {', '.join(t.tags) or 'none'}")
+        second = c.second_annotation
+        typer.echo(
+            "  second annotation: "
+            + (f"{second.annotator.id}, agreement {second.agreement:.2f} ({second.detail})" if second else "none yet")
+        )
+        for v in t.variants:
+            w = c.wording(f"{v.language.value}/{v.complexity.value}")
+            state = f"approved by {w.approved_by}" if w and w.approved_by else "NOT APPROVED"
+            typer.echo(
+                f"  {v.language.value}/{v.complexity.value:<10} [{w.drafted_by if w else '?'}; {state}] {v.text}"
+            )
+
+
+def _arbitrate(
+    settings: Settings, task_id: str, outcome: str | None, reviewer: str, note: str, sql: str | None
+) -> None:
+    from typing import get_args
+
+    from evalpkg.testset.annotate import Outcome, arbitrate
+
+    allowed = get_args(Outcome)
+    if outcome not in allowed:
+        raise UsageError(f"--outcome: must be one of {', '.join(allowed)}, got {outcome!r}")
+    if not reviewer:
+        raise UsageError("--reviewer: required to record a decision")
+    arbitrate(settings.tasks_dir, task_id, outcome, reviewer, note, sql)  # type: ignore[arg-type]
+    to_stderr(f"recorded {outcome} for {task_id}")
+
+
+def adjudicate(
+    source: Annotated[str, typer.Option("--from", help="the latest release, annotated and arbitrated")],
+) -> None:
+    """Next release = SOURCE with each task's review record (both annotators, measured agreement,
+    arbitration) and the arbitrated golds applied."""
+    from evalpkg.testset.adjudicate import adjudicate as run
+
+    rel, plan = run(get_settings(), source, progress=to_stderr)
+    to_stderr(f"released {rel.version}: {plan.summary()}")
+
+
+def annotate(
+    file: Annotated[str, typer.Option("--file", help="the second annotator's SQL (JSON, see testset/annotate.py)")],
+    version: Annotated[str | None, typer.Option(help="the release to compare with; default: latest")] = None,
+    findings: Annotated[bool, typer.Option(help="list every task the annotators disagree on")] = False,
+    queue: Annotated[bool, typer.Option(help="measure the review queue's candidates instead (kept on each)")] = False,
+) -> None:
+    """Measure a second annotator's agreement with the gold on the snapshot (comparator, per non-technical
+    variant) and keep both under tasks/annotations/ (with --queue: on each candidate of the review queue)."""
+    from pathlib import Path
+
+    from evalpkg.testset.annotate import load_annotation, measure, save
+
+    settings = get_settings()
+    annotation = load_annotation(Path(file))
+    if queue:
+        from evalpkg.testset.refresh import annotate_queue
+
+        for c in annotate_queue(settings, annotation, progress=to_stderr):
+            assert c.second_annotation is not None
+            typer.echo(f"{c.task.id}: agreement {c.second_annotation.agreement:.2f}: {c.second_annotation.detail}")
+        return
+    measured = measure(settings, annotation, version, progress=to_stderr)
+    save(settings.tasks_dir, annotation, measured)
+    for t in measured.disagreements() if findings else []:
+        typer.echo(f"{t.task_id}: agreement {t.agreement:.2f}: {t.detail}")
+    n, bad = len(measured.annotated()), len(measured.disagreements())
+    to_stderr(
+        f"{annotation.annotator.id} on {measured.version}: {measured.overall():.1%} of the {n} tasks it annotated "
+        f"agree on every non-technical variant; {bad} to arbitrate "
+        "(`evalpkg testset review --arbitrate TASK --outcome ...`)"
+    )
+
+
+def release_cmd() -> None:
+    """Make the next version from approved candidates, with CHANGELOG and manifest: those whose wordings
+    are all approved and whose second annotation agrees, checked in every reference world as `validate
+    --reference-worlds` checks a release; one that fails there is refused (exit 1), saying where and why."""
+    from evalpkg.interrupts import Interrupted, held_interrupts
+    from evalpkg.testset import release
+    from evalpkg.testset.refresh import recover_release, release_queue
+
+    settings = get_settings()
+    tasks_dir = settings.tasks_dir
+    recover_release(settings)  # release_queue does too; first here, so that the next version is known
+    version = release.next_version(tasks_dir)
+    # Ctrl-C: before the release dir is renamed into place nothing is left behind; from then on it waits
+    # until the CHANGELOG and the review queue say so too.
+    done = f"{version} was released in full (tasks, manifest, CHANGELOG, review queue) before it took effect"
+    try:
+        with held_interrupts(lambda: (tasks_dir / version).exists(), done):
+            out = release_queue(settings, progress=to_stderr)
+    except KeyboardInterrupt as exc:
+        raise Interrupted(str(exc) or f"nothing was released; {tasks_dir} is as it was") from None
+    rel = out.release
+    if rel is not None:
+        to_stderr(f"released {rel.version}: {len(rel.tasks)} tasks")
+    else:
+        to_stderr("nothing ready to release" if out.held or out.refused else "nothing approved to release")
+    if out.refused:
+        tid, why = next(iter(out.refused.items()))
+        raise DataError(
+            f"refused {len(out.refused)} candidate(s) that fail the reference-world checks; first {tid}: {why[0]}"
+        )
