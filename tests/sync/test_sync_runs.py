@@ -6,11 +6,16 @@ import psycopg
 import pytest
 
 from evalpkg.db import connect
-from evalpkg.errors import ConfigError, ServiceError, SyncError
+from evalpkg.errors import ConfigError, DataError, ServiceError, SyncError
+from evalpkg.pipeline.execute import execute_shard
+from evalpkg.pipeline.run import plan_run
+from evalpkg.prod.generator import generate
+from evalpkg.runconfig import RunConfig
 from evalpkg.services import bootstrap
 from evalpkg.settings import EVAL_DB, PROD_DB, Settings
 from evalpkg.sync.runner import SyncReport, run_sync
 from evalpkg.sync.validate import validate_eval_db
+from tests.conftest import running_cluster
 from tests.sync.helpers import content_fingerprint, current_key
 
 
@@ -135,3 +140,24 @@ def test_bad_suite_file_names_file_and_field(tmp_path, generated: Settings) -> N
     bad.write_text('{"format_version": 1, "name": "x", "batches": [{"name": "b"}]}')
     with pytest.raises(ConfigError, match=r"eval_db.json: field batches.0.expectations: Field required"):
         validate_eval_db(generated, bad)
+
+
+@pytest.mark.server  # a scratch cluster: the session's key stays as it is
+def test_another_key_is_another_snapshot_and_a_run_planned_on_one_is_not_executed_on_the_other() -> None:
+    """Another key shifts every date and renames every patient: the snapshot version changes with it (an
+    unchanged re-sync keeps it), so a run's answers are never recorded on a world it was not planned on."""
+    with running_cluster() as s:
+        generate(s.db_url(PROD_DB), 200, 3)
+        first = run_sync(s, full_refresh=True, validate=False).snapshot_version
+        assert run_sync(s, validate=False).snapshot_version == first  # unchanged: the same version
+        key = current_key(s)
+        run_id = plan_run(s, RunConfig(name="rotation", agent="gold", limit=2, reference_worlds=False))
+        bootstrap.set_key(s, replace=True)
+        rotated = run_sync(s, validate=False).snapshot_version
+        assert rotated != first
+        with pytest.raises(DataError, match=f"planned on snapshot {first}, the eval DB is now {rotated}"):
+            execute_shard(s, run_id, 0)
+        bootstrap.set_key(s, key, replace=True)
+        assert run_sync(s, validate=False).snapshot_version == first  # the key back: the world back
+        shard = execute_shard(s, run_id, 0)
+        assert shard.recorded == shard.planned > 0

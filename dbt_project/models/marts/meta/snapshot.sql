@@ -1,5 +1,7 @@
 -- One row: which snapshot agents query and the pinned "now" that "last 3 months" refers to.
--- The version is a content fingerprint, so an unchanged re-sync keeps the same version.
+-- The version is a content fingerprint, so an unchanged re-sync keeps the same version. The key takes
+-- part (an HMAC of a constant, which tells nothing of the key): another key shifts every date and renames
+-- every patient, so it is another snapshot, and a run planned on one is not executed or graded on the other.
 with counts as (
     select
         (select count(*) from {{ ref('t_patient_info') }}) as n_patients,
@@ -16,7 +18,8 @@ info as (
 select
     'eval-' || to_char(info.as_of, 'YYYYMMDD') || '-' || left(md5(concat_ws('|',
         info.as_of, info.seed, info.patients, info.generator_version, counts.n_patients,
-        counts.n_visits, counts.n_diagnoses, counts.n_lab_results, counts.n_med_orders
+        counts.n_visits, counts.n_diagnoses, counts.n_lab_results, counts.n_med_orders,
+        {{ keyed_hash('snapshot', "'version'") }}
     )), 8) as snapshot_version,
     (info.as_of + interval '1 day' - interval '1 second')::timestamp as pinned_now,
     info.as_of as pinned_date,
