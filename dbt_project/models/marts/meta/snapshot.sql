@@ -1,7 +1,7 @@
 -- One row: which snapshot agents query and the pinned "now" that "last 3 months" refers to.
 -- The version is a content fingerprint, so an unchanged re-sync keeps the same version. The key takes
 -- part (an HMAC of a constant, which tells nothing of the key): another key shifts every date and renames
--- every patient, so it is another snapshot, and a run planned on one is not executed or graded on the other.
+-- every patient, so it is another snapshot, and a run planned on one is not executed on the other.
 with counts as (
     select
         (select count(*) from {{ ref('t_patient_info') }}) as n_patients,
