@@ -128,6 +128,9 @@ def refresh(
             if not rows:
                 report.drop("no rows")
                 continue
+            if not ticket_task.answer_points(rows):  # e.g. an average over no admissions: one NULL row
+                report.drop("no number in the result to check")
+                continue
             cand = _candidate(report, drafter, month, ticket_id, created, request, sql, rows, columns, meanings)
             cand = cand.model_copy(update={"pattern": pat, "task": biting_tags_only(cand.task, executor)})
             if auto_approve:  # the task decision only: its wordings still need a reviewer
