@@ -167,7 +167,10 @@ def validate(
                 # a list the data decides the length of may be empty on another snapshot: premises.top_n
                 # reports that as a finding (held where the release must hold: a reference world)
                 if not rows and not task.fewer_rows_expected():
-                    report.problems.append(f"{task.id}: gold SQL returned no rows (result.empty_expected is false)")
+                    report.problems.append(
+                        f"{task.id}: gold SQL returned no rows (neither result.empty_expected nor notes saying "
+                        "fewer rows are expected)"
+                    )
                 _check_determinism(report, conn, task, sql, rows)
             report.problems += output_problems(task, columns)
             if i % 50 == 0 and task is rel.tasks[i - 1]:
