@@ -275,6 +275,31 @@ def audit_scorer(
         raise typer.Exit(1)
 
 
+@app.command("audit-leaks")
+def audit_leaks() -> None:
+    """Search every table the agents' role can read for an answer key: a text that is the gold of a task of
+    any release, or a ticket's SQL (the same query, formatting aside). Exits 1 on any; lists queries of the
+    same shape with other literals apart."""
+    from evalpkg.testset import release
+    from evalpkg.testset.leaks import audit_agent_readable, gold_queries, ticket_queries
+
+    settings = get_settings()
+    tasks = [t for v in release.versions(settings.tasks_dir) for t in release.load(settings.tasks_dir, v).tasks]
+    answers = {**ticket_queries(settings), **gold_queries(tasks)}
+    result = audit_agent_readable(settings, answers)
+    typer.echo(f"the agents' role reads {len(result.tables)} tables: {', '.join(result.tables)}")
+    typer.echo(
+        f"{result.texts} stored texts that look like a query, compared with {len(answers)} answers "
+        f"(golds of {len(tasks)} tasks in every release, and the ticket log's SQL): {len(result.leaks)} leaks"
+    )
+    for leak in result.leaks:
+        typer.echo(f"leak: {leak}")
+    for similar in result.similar:
+        typer.echo(f"same shape, not a leak: {similar}")
+    if result.leaks:
+        raise typer.Exit(1)
+
+
 @app.command()
 def diff(a: str, b: str) -> None:
     """Tasks added, changed and removed between two releases."""

@@ -36,6 +36,16 @@ class DataError(EvalpkgError):
     """Data is missing or inconsistent (e.g. sync before generate)."""
 
 
+class QueryError(DataError):
+    """A query (an agent's, a gold, a ticket's) was refused before it ran or failed on the server; one line,
+    for the model or the person reading it."""
+
+
+class PlanError(DataError):
+    """A plan (the plan strategy's structured query) breaks a compiler rule or cannot be written as one;
+    the message names the rule and the step."""
+
+
 class SyncError(EvalpkgError):
     """The de-identifying sync (dbt build or its validation) failed."""
 

@@ -19,6 +19,9 @@ RESULTS_DB = "eval_results"
 
 SYNC_ROLE = "evalpkg_sync"
 AGENT_ROLE = "evalpkg_agent"
+# Reads what agents read plus the ops schema (the ticket log, whose SQL answers the refresh's tasks):
+# the ticket miner's role, never an agent's.
+CURATOR_ROLE = "evalpkg_curator"
 PROD_READER_ROLE = "evalpkg_prod_reader"
 
 
@@ -35,6 +38,7 @@ class Settings(BaseSettings):
     mlflow_uri: str | None = Field(default=None, description="existing MLflow tracking server")
     sync_password: str | None = Field(default=None, description="password of the sync role, if needed")
     agent_password: str | None = Field(default=None, description="password of the agents' role, if needed")
+    curator_password: str | None = Field(default=None, description="password of the ticket miner's role, if needed")
     tasks_dir: Path = PROJECT_ROOT / "tasks"
     agent_statement_timeout_ms: int = Field(default=30_000, gt=0)
     dbt_project_dir: Path = PROJECT_ROOT / "dbt_project"
@@ -67,6 +71,10 @@ class Settings(BaseSettings):
     def agent_url(self, *, with_password: bool = True) -> str:
         """The eval DB as the agents' read-only role: what agents, golds and the scorer query."""
         return with_user(self.db_url(EVAL_DB), AGENT_ROLE, self.agent_password if with_password else None)
+
+    def curator_url(self) -> str:
+        """The eval DB as the read-only role that also reads the ticket log (the refresh's miner)."""
+        return with_user(self.db_url(EVAL_DB), CURATOR_ROLE, self.curator_password)
 
     @property
     def tracking_uri(self) -> str:

@@ -21,6 +21,7 @@ from evalpkg.agent.function_schema import arg_model, is_tool, tool, tools_of
 from evalpkg.agent.schema import Catalog, SchemaIndex
 from evalpkg.agent.state import QueryState, asked, merge
 from evalpkg.agent.user_sim import Clinician
+from evalpkg.errors import EvalpkgError
 from evalpkg.sql import fingerprint
 from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor
 from evalpkg.sql.guard import SqlRefused, check
@@ -42,7 +43,7 @@ class ToolResult(BaseModel):
         return json.dumps(body, ensure_ascii=False, default=str)
 
 
-class ToolError(Exception):
+class ToolError(EvalpkgError):
     """A failure the model should read and can recover from."""
 
 

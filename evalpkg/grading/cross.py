@@ -12,16 +12,15 @@ nothing must be a summary row whose numbers are the sums (TOTAL), else it is an 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from evalpkg.grading.labels import Labels, contains, findable, label_key, label_text, relative_words
 from evalpkg.grading.periods import one_year, period_ids
 from evalpkg.grading.summary import is_total_label, without_summary_rows
+from evalpkg.sql.vocabulary import RATE, is_rate_header
 
 Rows = Sequence[Sequence[Any]]
-RATE = re.compile(r"\b(?:rate|ratio|percent|pct|proportion|fraction|share)|率|比例|占比|百分|%")
 _MISSING = object()
 _RELATIVE = "@"  # a term that is a relative period: '@prev', '@this'
 
@@ -129,7 +128,7 @@ def _cells(named: dict[str, set[int]], headers: list[str], keys: list[list[str]]
     if len(terms) > 1:  # words every header has say nothing of which one is which
         common = set.intersection(*terms)
         terms = [t - common for t in terms]
-    rates = [bool(RATE.search(label_key(h))) for h in headers]
+    rates = [is_rate_header(label_key(h)) for h in headers]
     is_rate = [any(RATE.search(k) for k in group) for group in keys]
     everything = set().union(*named.values())
     gold_of: dict[tuple[str, int], int] = {}

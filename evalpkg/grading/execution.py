@@ -3,18 +3,17 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalpkg.errors import DataError
+from evalpkg.errors import DataError, QueryError
 from evalpkg.grading import ties
 from evalpkg.grading.comparator import match, order_key_columns, tie_groups
 from evalpkg.grading.labels import Labels
 from evalpkg.grading.pivot import relayouts
 from evalpkg.grading.summary import without_summary_rows
-from evalpkg.sql.executor import QueryFailed, ReadOnlyExecutor, jsonable
-from evalpkg.sql.guard import SqlRefused
+from evalpkg.sql.executor import ReadOnlyExecutor, jsonable
+from evalpkg.sql.vocabulary import RATE
 from evalpkg.testset.models import Complexity, Language, Task
 
 KEPT_PREDICTION_ROWS = 1000  # a re-run prediction is kept for the next instance that sends it up to this size
@@ -77,7 +76,7 @@ class GoldCache:
         if rewrite is not None and (order_matters or rewrite.limit is not None):
             try:
                 found = ties.acceptable(rows, len(columns), rewrite, lambda q: self._run(q)[1])
-            except (QueryFailed, SqlRefused, DataError):
+            except DataError:
                 found = None  # the rewrite did not run here: the gold as it is
         if found is None:
             keys = order_key_columns(sql, columns) if order_matters else None
@@ -118,9 +117,6 @@ def _graded_view(rows: list[list[Any]], columns: list[str], keep: list[int]) -> 
     return [[r[j] for j in keep] for r in rows], [columns[j] for j in keep]
 
 
-RATE = re.compile(r"rate|ratio|percent|pct|proportion|fraction|share|率|比例|占比|百分", re.IGNORECASE)
-
-
 def rate_columns(task: Task, columns: list[str]) -> list[int]:
     """The columns whose name, or whose output's meaning, says rate or percentage."""
     meanings = {o.column.lower(): " ".join([o.name, *o.meaning.values()]) for o in task.outputs}
@@ -155,7 +151,7 @@ def run_prediction(sql: str | None, executor: ReadOnlyExecutor) -> Prediction:
         return Prediction("failure")
     try:
         result = executor.run(sql)
-    except (QueryFailed, SqlRefused):
+    except QueryError:
         return Prediction("failure")
     return _prediction(result.columns, result.rows, capped=result.capped)
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import psycopg
 
+from evalpkg.errors import QueryError
 from evalpkg.grading.periods import period_ids, period_words
-from evalpkg.sql.executor import QueryFailed, ReadOnlyExecutor
-from evalpkg.sql.guard import SqlRefused
+from evalpkg.sql.executor import ReadOnlyExecutor
 
 WORDS_FILE = Path(__file__).with_name("label_words.json")
 DICTIONARY_QUERIES = {  # id prefix -> (code, zh name, en name): one id per row
@@ -174,7 +174,7 @@ class Labels:
         def fetch(sql: str) -> Sequence[Sequence[Any]]:
             try:
                 return executor.run(sql).rows
-            except (QueryFailed, SqlRefused, psycopg.Error):
+            except (QueryError, psycopg.Error):
                 return []
 
         return cls._fetched(fetch)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from evalpkg.pipeline.score import InstanceScore
+from evalpkg.sql.vocabulary import TIME_COLUMNS
 from evalpkg.testset.models import Task
 
 FEATURES = (
@@ -33,7 +34,6 @@ FEATURES = (
     "unsupported_numbers",
     "limit_hit",
 )
-TIME_COLUMNS = ("cyrq", "ryrq", "ghrq", "cysj", "exec_time", "report_time", "kssj", "jssj", "zdsj")
 FEATURE_WEIGHT = 2.0  # a feature against a text row of L2 norm 1: where it failed outweighs its wording
 # what decides whether a NULL counts: dropped (IS NOT NULL -> TRUE), added (NOT EXISTS skipping NULL results)
 # or turned into a value (avg(coalesce(x, 0))) alike; by kind, as a rewrite may spell x IS NOT NULL as NOT x IS NULL

@@ -16,8 +16,7 @@ from evalpkg.grading.execution import GoldCache, asked_columns, execution_match
 from evalpkg.pipeline.score import InstanceScore, graded_answers
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
-from evalpkg.sql.executor import QueryFailed, ReadOnlyExecutor
-from evalpkg.sql.guard import SqlRefused
+from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset import worlds
 from evalpkg.testset.models import Task
 
@@ -72,5 +71,5 @@ def _matches(
     or returns more than the fetch cap), which is not held against the answer."""
     try:
         return execution_match(task, sql, gold, executor, asked_columns(task, score.language, score.complexity))[1]
-    except (DataError, QueryFailed, SqlRefused):
+    except DataError:
         return None

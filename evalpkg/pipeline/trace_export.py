@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from evalpkg.agent.trajectory import Trajectory
+from evalpkg.errors import EvalpkgError
 from evalpkg.pipeline.score import InstanceScore
 
 TRACES_PER_REQUEST = 100  # the server links at most 100 traces to a run per request (MAX_TRACE_LINKS_PER_REQUEST)
@@ -195,7 +196,7 @@ def request_body(
     return request.SerializeToString(), ids
 
 
-class NoOtlpRoute(Exception):
+class NoOtlpRoute(EvalpkgError):
     """The tracking server does not take OTLP span exports (an older MLflow, or a store without spans)."""
 
 

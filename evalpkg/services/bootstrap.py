@@ -14,6 +14,7 @@ from evalpkg.errors import ConfigError, DataError
 from evalpkg.services import postgres
 from evalpkg.settings import (
     AGENT_ROLE,
+    CURATOR_ROLE,
     EVAL_DB,
     PROD_DB,
     PROD_READER_ROLE,
@@ -26,6 +27,10 @@ FOREIGN_SERVER = "prod_his"
 # Foreign (prod) schema -> local schema holding its foreign tables; only the sync role reads them.
 FOREIGN_SCHEMAS = {"his": "src_his", "meta": "src_meta", "ops": "src_ops"}
 MART_SCHEMAS = ("emr", "meta", "ops")
+# Who may read each published schema. Agents read what a clinician's analyst would: the ticket log
+# (ops) holds the exact SQL, and the request text, of every task the monthly refresh releases.
+READ_ROLES = (AGENT_ROLE, CURATOR_ROLE)
+SCHEMA_READERS: dict[str, tuple[str, ...]] = {"emr": READ_ROLES, "meta": READ_ROLES, "ops": (CURATOR_ROLE,)}
 KEY_SCHEMA, KEY_TABLE = "deid_secret", "hmac_key"
 MIN_KEY_BYTES = 32
 # One agent query may sort or hash in this much memory per node and spill at most this much to disk:
@@ -56,15 +61,16 @@ def bootstrap_server(settings: Settings) -> None:
 
 def ensure_roles(settings: Settings) -> None:
     with connect(settings.admin_url) as conn:
-        for role in (SYNC_ROLE, AGENT_ROLE, PROD_READER_ROLE):
+        for role in (SYNC_ROLE, *READ_ROLES, PROD_READER_ROLE):
             _ensure_role(conn, role)
         # Settings are defaults only (a role can SET them off): privileges are the real guard.
-        conn.execute(sql.SQL("alter role {} set default_transaction_read_only = on").format(_ident(AGENT_ROLE)))
-        conn.execute(
-            sql.SQL("alter role {} set statement_timeout = {}").format(
-                _ident(AGENT_ROLE), sql.Literal(f"{settings.agent_statement_timeout_ms}ms")
+        for role in READ_ROLES:
+            conn.execute(sql.SQL("alter role {} set default_transaction_read_only = on").format(_ident(role)))
+            conn.execute(
+                sql.SQL("alter role {} set statement_timeout = {}").format(
+                    _ident(role), sql.Literal(f"{settings.agent_statement_timeout_ms}ms")
+                )
             )
-        )
         conn.execute(sql.SQL("alter role {} set work_mem = {}").format(_ident(AGENT_ROLE), sql.Literal(AGENT_WORK_MEM)))
         with contextlib.suppress(psycopg.errors.InvalidParameterValue):  # platforms without the check
             conn.execute(
@@ -85,7 +91,8 @@ def ensure_roles(settings: Settings) -> None:
         conn.execute(
             sql.SQL("grant connect, temporary on database {} to {}").format(_ident(EVAL_DB), _ident(SYNC_ROLE))
         )
-        conn.execute(sql.SQL("grant connect on database {} to {}").format(_ident(EVAL_DB), _ident(AGENT_ROLE)))
+        for role in READ_ROLES:
+            conn.execute(sql.SQL("grant connect on database {} to {}").format(_ident(EVAL_DB), _ident(role)))
 
 
 def grant_prod_reader(settings: Settings) -> None:
@@ -145,16 +152,31 @@ def ensure_eval_db(settings: Settings) -> None:
         conn.execute(sql.SQL("alter table staging.sync_watermark owner to {}").format(_ident(SYNC_ROLE)))
         conn.execute(sql.SQL("grant create on database {} to {}").format(_ident(EVAL_DB), _ident(SYNC_ROLE)))
         for schema in MART_SCHEMAS:
-            conn.execute(sql.SQL("grant usage on schema {} to {}").format(_ident(schema), _ident(AGENT_ROLE)))
+            grant_readers(conn, schema, schema)
+        for role in READ_ROLES:
             conn.execute(
-                sql.SQL("alter default privileges for role {} in schema {} grant select on tables to {}").format(
-                    _ident(SYNC_ROLE), _ident(schema), _ident(AGENT_ROLE)
+                sql.SQL("alter role {} in database {} set search_path = emr, meta").format(
+                    _ident(role), _ident(EVAL_DB)
                 )
             )
+
+
+def grant_readers(conn: psycopg.Connection, schema: str, published_as: str, *, usage: bool = True) -> None:
+    """Select on the sync role's tables in `schema` (and usage on it, unless a build not yet published)
+    for the readers of `published_as` only; taken from every other read role, so a cluster set up
+    before a schema's readers changed keeps no stale grant."""
+    readers = SCHEMA_READERS[published_as]
+    for role in READ_ROLES:
+        verb, prep = ("grant", "to") if role in readers else ("revoke", "from")
+        if usage or verb == "revoke":
+            conn.execute(sql.SQL(f"{verb} usage on schema {{}} {prep} {{}}").format(_ident(schema), _ident(role)))
         conn.execute(
-            sql.SQL("alter role {} in database {} set search_path = emr, meta").format(
-                _ident(AGENT_ROLE), _ident(EVAL_DB)
-            )
+            sql.SQL(f"{verb} select on all tables in schema {{}} {prep} {{}}").format(_ident(schema), _ident(role))
+        )
+        conn.execute(
+            sql.SQL(
+                f"alter default privileges for role {{}} in schema {{}} {verb} select on tables {prep} {{}}"
+            ).format(_ident(SYNC_ROLE), _ident(schema), _ident(role))
         )
 
 

@@ -21,7 +21,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from evalpkg.db import first_line, pool
-from evalpkg.errors import ServiceError
+from evalpkg.errors import QueryError, ServiceError
 from evalpkg.sql.guard import check
 
 DEFAULT_TIMEOUT_MS = 5_000
@@ -34,7 +34,7 @@ COUNT_BUDGET_MS = 1_000  # counting the rows past the cap is worth this much ser
 OVERSIZED_ROW = "evalpkg: oversized row of "
 
 
-class QueryFailed(Exception):
+class QueryFailed(QueryError):
     """The database refused or cancelled the query; one line for the model."""
 
 

@@ -13,7 +13,7 @@ import re
 
 from sqlglot import exp
 
-from evalpkg.errors import SqlParseError
+from evalpkg.errors import QueryError, SqlParseError
 from evalpkg.sql.parse import parse_statement
 
 # Functions with side effects, server file access, session changes, or dynamic SQL.
@@ -93,7 +93,12 @@ DENIED_FUNCTIONS = {
     "pg_blocking_pids",
     "pg_get_keywords",
     "version",
+    "pg_stat_get_activity",
+    "pg_stat_get_backend_activity",
 }
+# Views holding the text of other sessions' statements: golds are run under the agents' role too, so a
+# query here during another run's grading would read its answer key.
+DENIED_RELATIONS = {"pg_stat_activity", "pg_stat_statements", "pg_stat_statements_info"}
 WRITE_NODES = (
     exp.Insert,
     exp.Update,
@@ -122,7 +127,7 @@ MAX_SQL_CHARS = 20_000
 logging.getLogger("sqlglot").setLevel(logging.ERROR)  # unsupported syntax is refused here anyway
 
 
-class SqlRefused(Exception):
+class SqlRefused(QueryError):
     """The statement is not one read-only query; the message says why, for the model."""
 
 
@@ -150,6 +155,8 @@ def check(sql: str) -> exp.Query:
     for node in tree.walk():
         if isinstance(node, WRITE_NODES):
             raise SqlRefused(f"{node.key.upper()} is not allowed inside a query")
+        if isinstance(node, exp.Table) and node.name.lower() in DENIED_RELATIONS:
+            raise SqlRefused(f"{node.name.lower()} (other sessions' statements) is not readable")
         if isinstance(node, exp.Func):
             name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
             if isinstance(node, exp.CurrentVersion):  # the one denied built-in sqlglot renames

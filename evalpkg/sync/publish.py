@@ -13,8 +13,8 @@ from psycopg import sql
 from evalpkg.db import connect, first_line
 from evalpkg.errors import SyncError
 from evalpkg.interrupts import held_interrupts
-from evalpkg.services.bootstrap import MART_SCHEMAS
-from evalpkg.settings import AGENT_ROLE, EVAL_DB, SYNC_ROLE, Settings
+from evalpkg.services.bootstrap import MART_SCHEMAS, grant_readers
+from evalpkg.settings import EVAL_DB, SYNC_ROLE, Settings
 from evalpkg.sync.dbt import BUILD_SUFFIX
 
 OLD_SUFFIX = "__old"  # the snapshot just replaced, dropped right after (or by the next sync)
@@ -67,11 +67,7 @@ def reset_build(settings: Settings, incremental: Iterable[tuple[str, str]], *, f
         for schema in MART_SCHEMAS:
             conn.execute(sql.SQL("create schema {} authorization {}").format(_ident(build(schema)), _ident(SYNC_ROLE)))
             # follows the schema through the rename; usage on the schema is granted when it is published
-            conn.execute(
-                sql.SQL("alter default privileges for role {} in schema {} grant select on tables to {}").format(
-                    _ident(SYNC_ROLE), _ident(build(schema)), _ident(AGENT_ROLE)
-                )
-            )
+            grant_readers(conn, build(schema), schema, usage=False)
         if full_refresh:
             return
         conn.execute(sql.SQL("set role {}").format(_ident(SYNC_ROLE)))  # owner and grants as dbt's own tables
@@ -112,7 +108,7 @@ def publish(settings: Settings) -> None:
                     sql.SQL("alter schema {} rename to {}").format(_ident(schema), _ident(schema + OLD_SUFFIX))
                 )
             conn.execute(sql.SQL("alter schema {} rename to {}").format(_ident(build(schema)), _ident(schema)))
-            conn.execute(sql.SQL("grant usage on schema {} to {}").format(_ident(schema), _ident(AGENT_ROLE)))
+            grant_readers(conn, schema, schema)
         conn.execute("update staging.sync_watermark set high_water = built, built = null where built is not null")
         conn.commit()
 

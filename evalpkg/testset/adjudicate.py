@@ -12,11 +12,12 @@ from evalpkg.errors import DataError
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint
-from evalpkg.testset import determinism, release, traps, worlds
+from evalpkg.testset import release, traps, worlds
 from evalpkg.testset.annotate import ANNOTATIONS, AgreementFile, Decision, TaskAgreement, decisions
-from evalpkg.testset.gold import GoldError, agent_connection, run_gold, snapshot_version
+from evalpkg.testset.gold import GoldRunner, agent_connection, snapshot_version
+from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Annotator, Review, Task
-from evalpkg.testset.validate import gold_columns, gold_executor, output_problems
+from evalpkg.testset.validate import gold_executor
 
 
 @dataclass
@@ -123,20 +124,14 @@ def _check_new_golds(settings: Settings, tasks: list[Task], before: dict[str, Ta
     """A fixed or added gold must be one read-only query that runs, answers, is decided by the data
     and returns the task's outputs (the build's thinness margins are for drawing parameters, not this)."""
     with agent_connection(settings) as conn:
+        golds = GoldRunner(conn)
         for task in tasks:
-            for sql in [s for s in task.gold_sql if s not in before[task.id].gold_sql]:
+            added = [s for s in task.gold_sql if s not in before[task.id].gold_sql]
+            for sql in added:
                 if not fingerprint.is_single_select(sql):
                     raise DataError(f"{task.id}: the arbitrated gold is not one read-only query")
-                try:
-                    rows = run_gold(conn, sql)
-                    ordering, points = determinism.check(task, sql, rows, lambda probe: run_gold(conn, probe))
-                except GoldError as exc:
-                    raise DataError(f"{task.id}: the arbitrated gold failed: {exc}") from exc
-                problems = [*ordering, *points, *output_problems(task, [gold_columns(conn, sql)])]
-                if not rows and not task.result.empty_expected:
-                    problems.append("it returns no rows")
-                if problems:
-                    raise DataError(f"{task.id}: the arbitrated gold cannot be used: {problems[0]}")
+            if added and (problems := check_golds(task.model_copy(update={"gold_sql": added}), golds)):
+                raise DataError(f"{task.id}: the arbitrated gold cannot be used: {problems[0].message}")
 
 
 def _drop_tags_that_stop_biting(

@@ -20,12 +20,10 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from evalpkg.errors import DataError, UsageError
+from evalpkg.errors import DataError, QueryError, UsageError
 from evalpkg.grading.comparator import COMPARATOR_VERSION
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
-from evalpkg.sql.executor import QueryFailed
-from evalpkg.sql.guard import SqlRefused
 from evalpkg.testset import release
 from evalpkg.testset.build import render
 from evalpkg.testset.gold import agent_connection, snapshot_version
@@ -213,7 +211,7 @@ def _compare(task: Task, written: Written | None, gold: GoldCache, executor: Rea
         try:
             asked = task.graded_columns(v.language, v.complexity)
             status, ok, _, _ = execution_match(task, written.sql, gold, executor, asked)
-        except (QueryFailed, SqlRefused) as exc:
+        except QueryError as exc:
             return TaskAgreement(task_id=task.id, agreement=0.0, detail=f"annotator SQL failed: {exc}")
         if not ok:
             differing.append(f"{v.language.value}/{v.complexity.value} ({status})")

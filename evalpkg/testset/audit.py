@@ -15,13 +15,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalpkg.errors import DataError
+from evalpkg.errors import DataError, QueryError
 from evalpkg.grading.comparator import match
 from evalpkg.grading.execution import GoldCache, Prediction, gold_match, rate_columns
 from evalpkg.grading.summary import without_summary_rows
 from evalpkg.progress import Progress, quiet
-from evalpkg.sql.executor import QueryFailed, ReadOnlyExecutor, jsonable
-from evalpkg.sql.guard import SqlRefused
+from evalpkg.sql.executor import ReadOnlyExecutor, jsonable
 from evalpkg.testset.models import Language, Task
 
 Rows = list[list[Any]]
@@ -314,7 +313,7 @@ def audit(tasks: list[Task], executor: ReadOnlyExecutor, progress: Progress = qu
             progress(f"audited {n} of {len(answerable)} tasks")
         try:
             g = _gold(task, gold)
-        except (QueryFailed, SqlRefused, DataError) as exc:  # validate names such a gold; here it has no result
+        except DataError as exc:  # validate names such a gold; here it has no result
             raise DataError(f"{task.id}: its gold does not run on this snapshot: {exc}") from exc
         for name, layout in _layouts(g, executor):
             result = results[name]
@@ -344,7 +343,7 @@ def _layouts(g: Gold, executor: ReadOnlyExecutor) -> Iterator[tuple[str, Layout]
     if moved is not None:
         try:
             result = executor.run(moved)
-        except (QueryFailed, SqlRefused):
+        except QueryError:
             return
         yield PERIOD_MOVED, ([[jsonable(v) for v in r] for r in result.rows], result.columns)
 

@@ -14,8 +14,9 @@ from evalpkg.errors import ConfigError, DataError
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint
-from evalpkg.testset import determinism, premises, release
-from evalpkg.testset.gold import GoldError, agent_connection, run_gold, snapshot_version
+from evalpkg.testset import premises, release
+from evalpkg.testset.gold import GoldError, GoldRunner, GoldSource, agent_connection, snapshot_version
+from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import (
     OUTPUTS_FORMAT,
     TASK_FORMAT_VERSION,
@@ -36,7 +37,6 @@ from evalpkg.testset.models import (
     Turn,
 )
 from evalpkg.testset.params import Value, combinations, domains
-from evalpkg.testset.validate import gold_columns, output_problems
 
 GENERATOR_VERSION = "templates-v1"
 MIN_GROUPED_ROWS = 3
@@ -231,6 +231,7 @@ def fill(
     where the template itself is wrong."""
     combos = t.choices(domain)
     random.Random(f"{seed}:{t.id}").shuffle(combos)
+    golds = GoldRunner(conn)
     tasks: list[Task] = []
     skipped: list[str] = []
     for combo in combos:
@@ -240,56 +241,55 @@ def fill(
             task = instantiate(t, combo, len(tasks) + 1)
         except (ValidationError, KeyError, AttributeError, IndexError) as exc:
             raise ConfigError(f"template {t.id}: {str(exc).splitlines()[0]}") from exc
-        reason = check_gold(conn, task, seen, t.min_counts)
+        reason = check_gold(golds, task, seen, t.min_counts)
         if reason:
             skipped.append(reason)
             continue
-        if problems := output_problems(task, [gold_columns(conn, sql) for sql in task.gold_sql]):
-            raise ConfigError(f"template {t.id}: {problems[0]}")
         seen.update(fingerprint.exact(sql) for sql in task.gold_sql)
         tasks.append(task)
     return tasks, skipped
 
 
-def check_gold(conn: Any, task: Task, seen: set[str], min_counts: dict[str, int]) -> str | None:
-    """Why a task made from a template cannot be used on this snapshot (None: it can)."""
-    for sql in task.gold_sql:
-        if not fingerprint.is_single_select(sql):
-            return f"{task.id}: gold is not one read-only query"
-        if fingerprint.exact(sql) in seen:
-            return f"{task.id}: duplicate fingerprint"
-        try:
-            rows = run_gold(conn, sql)
-        except GoldError as exc:
-            return f"{task.id}: gold failed: {exc}"
-        if not rows and not task.result.empty_expected:
-            return f"{task.id}: gold returned no rows"
-        if rows and all(v is None for v in rows[0]) and len(rows) == 1:
-            return f"{task.id}: gold returned only NULL"
-        # Another key shifts dates differently; a series this thin may come back empty elsewhere. Only
-        # where the result's rows are groups: a grouped CTE read down to one row (LIMIT 1) is not a series.
-        if fingerprint.parse_statement(sql).args.get("group") is not None and len(rows) < MIN_GROUPED_ROWS:
-            return f"{task.id}: only {len(rows)} group(s), too thin to be stable across snapshots"
-        names = [e.alias_or_name for e in fingerprint.parse_statement(sql).expressions]
-        for column, least in min_counts.items():
-            if column not in names:
-                template = task.provenance.template_id
-                raise ConfigError(f"template {template}: min_counts names {column!r}, not a gold column")
-            value = rows[0][names.index(column)] if rows else None
-            if (value or 0) < least:
-                return f"{task.id}: {column} is {value}, below {least}"
-        if task.premise is not None and sql == task.gold_sql[0]:
-            for finding in premises.stated(task, names, rows):
-                return f"{task.id}: {finding.detail}"
-        try:
-            ordering, points = determinism.check(task, sql, rows, lambda probe: run_gold(conn, probe))
-        except GoldError as exc:
-            return f"{task.id}: ORDER BY probe failed: {exc}"
-        if ordering or points:
-            return f"{task.id}: not decided by the data: {(ordering + points)[0]}"
-    for index in task.graded_turns()[1:]:  # each follow-up's own gold, held to the same rules
-        if reason := check_gold(conn, task.turn_task(index), seen, {}):
-            return f"{reason} (follow-up turn {index})"
+def check_gold(golds: GoldSource, task: Task, seen: set[str], min_counts: dict[str, int]) -> str | None:
+    """Why a task made from a template cannot be used on this snapshot (None: it can): a template's own
+    rules (a new query, a series thick enough to survive another key, its min_counts, its stated
+    premise), then the gold checks every release is held to (check_golds). ConfigError where the template
+    itself is wrong (a min_counts column or an output the gold does not return)."""
+    for turn in task.graded_turns():
+        part = task.turn_task(turn)
+        for sql in part.gold_sql:
+            if reason := _template_reason(golds, part, sql, seen, min_counts if turn == 0 else {}):
+                return reason + (f" (follow-up turn {turn})" if turn else "")
+    problems = check_golds(task, golds)
+    if outputs := [p for p in problems if p.code == "outputs"]:
+        raise ConfigError(f"template {task.provenance.template_id}: {outputs[0]}")
+    return str(problems[0]) if problems else None
+
+
+def _template_reason(golds: GoldSource, task: Task, sql: str, seen: set[str], min_counts: dict[str, int]) -> str | None:
+    if not fingerprint.is_single_select(sql):
+        return f"{task.id}: gold is not one read-only query"
+    if fingerprint.exact(sql) in seen:
+        return f"{task.id}: duplicate fingerprint"
+    try:
+        rows = golds.result(sql).rows
+    except GoldError:
+        return None  # check_golds names it, in the words every caller uses
+    # Another key shifts dates differently; a series this thin may come back empty elsewhere. Only
+    # where the result's rows are groups: a grouped CTE read down to one row (LIMIT 1) is not a series.
+    if fingerprint.parse_statement(sql).args.get("group") is not None and len(rows) < MIN_GROUPED_ROWS:
+        return f"{task.id}: only {len(rows)} group(s), too thin to be stable across snapshots"
+    names = [e.alias_or_name for e in fingerprint.parse_statement(sql).expressions]
+    for column, least in min_counts.items():
+        if column not in names:
+            template = task.provenance.template_id
+            raise ConfigError(f"template {template}: min_counts names {column!r}, not a gold column")
+        value = rows[0][names.index(column)] if rows else None
+        if (value or 0) < least:
+            return f"{task.id}: {column} is {value}, below {least}"
+    if task.premise is not None and sql == task.gold_sql[0]:
+        for finding in premises.stated(task, names, rows):
+            return f"{task.id}: {finding.detail}"
     return None
 
 

@@ -7,9 +7,9 @@ import re
 import sqlglot
 from sqlglot import exp
 
+from evalpkg.sql.vocabulary import TIME_COLUMNS
 from evalpkg.testset.models import Difficulty, TaskType
 
-TIME_COLUMNS = {"ghrq", "ryrq", "cyrq", "zdsj", "cysj", "exec_time", "report_time", "kssj", "jssj", "jdrq"}
 CODE_COLUMNS = {"visit_type", "ksdm", "xmdm", "ypdm", "icd10_code", "zdlx", "cyfs", "xb", "yzlx", "bgzt", "zfbz"}
 AGG_EN = {"count": "number of", "avg": "average", "sum": "total", "max": "maximum", "min": "minimum"}
 

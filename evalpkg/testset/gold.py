@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import psycopg
 
 from evalpkg.db import connect
+from evalpkg.errors import DataError
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import QueryFailed, run_on
 from evalpkg.sql.guard import SqlRefused
@@ -18,8 +20,44 @@ from evalpkg.sql.guard import SqlRefused
 GOLD_TIMEOUT_MS = 10_000
 
 
-class GoldError(Exception):
-    """The gold SQL was refused or failed; message is one line."""
+class GoldError(DataError):
+    """The gold SQL was refused, failed, timed out or returned more rows than its cap; one line."""
+
+
+@dataclass(frozen=True)
+class GoldResult:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]  # as the driver returns them
+
+
+class GoldSource(Protocol):
+    """What the gold checks need: a gold's result, or GoldError."""
+
+    def result(self, sql: str) -> GoldResult: ...
+
+
+class GoldRunner:
+    """Gold SQL on one agent-role connection, each statement run once (a gold is read again by the
+    determinism probe, by a template's later choice, by the follow-up that repeats it)."""
+
+    def __init__(self, conn: psycopg.Connection, timeout_ms: int = GOLD_TIMEOUT_MS) -> None:
+        self.conn = conn
+        self.timeout_ms = timeout_ms
+        self._memo: dict[str, GoldResult | GoldError] = {}
+
+    def result(self, sql: str) -> GoldResult:
+        if sql not in self._memo:
+            try:
+                self._memo[sql] = gold_result(self.conn, sql, self.timeout_ms)
+            except GoldError as exc:
+                self._memo[sql] = exc
+        got = self._memo[sql]
+        if isinstance(got, GoldError):
+            raise got
+        return got
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        return self.result(sql).rows
 
 
 @contextmanager
@@ -28,11 +66,11 @@ def agent_connection(settings: Settings) -> Iterator[psycopg.Connection]:
         yield conn
 
 
-def run_gold(
+def gold_result(
     conn: psycopg.Connection, sql: str, timeout_ms: int = GOLD_TIMEOUT_MS, *, row_cap: int | None = None
-) -> list[tuple[Any, ...]]:
-    """Every row of the gold, as the driver returns them; a gold over a given row_cap is an error, never
-    a truncated result."""
+) -> GoldResult:
+    """Every row of the gold, as the driver returns them, and its column names; a gold over a given
+    row_cap is an error, never a truncated result."""
     try:
         got = run_on(conn, sql, timeout_ms=timeout_ms, row_cap=row_cap)
     except SqlRefused as exc:
@@ -41,7 +79,13 @@ def run_gold(
         raise GoldError(str(exc)) from exc
     if got.capped:
         raise GoldError(f"more than {row_cap} rows")
-    return got.rows
+    return GoldResult(got.columns, got.rows)
+
+
+def run_gold(
+    conn: psycopg.Connection, sql: str, timeout_ms: int = GOLD_TIMEOUT_MS, *, row_cap: int | None = None
+) -> list[tuple[Any, ...]]:
+    return gold_result(conn, sql, timeout_ms, row_cap=row_cap).rows
 
 
 def snapshot_version(conn: psycopg.Connection) -> str:

@@ -18,10 +18,10 @@ from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.testset import release
 from evalpkg.testset.build import Template, instantiate, load_templates
-from evalpkg.testset.gold import GoldError, agent_connection, snapshot_version
+from evalpkg.testset.gold import GoldError, agent_connection, gold_result, snapshot_version
+from evalpkg.testset.gold_checks import output_problems
 from evalpkg.testset.models import OUTPUTS_FORMAT, Language, Output, QuestionVariant, Task
 from evalpkg.testset.params import Value, chosen, domains
-from evalpkg.testset.validate import gold_columns, output_problems
 
 
 @dataclass
@@ -103,7 +103,7 @@ def _migrate_task(
     plan: Migration,
 ) -> Task:
     try:
-        columns = [gold_columns(conn, sql) for sql in task.gold_sql]
+        columns = [gold_result(conn, sql).columns for sql in task.gold_sql]
     except GoldError as exc:
         raise DataError(f"{task.id}: gold SQL fails on this snapshot: {exc}") from exc
     if task.provenance.source == "ticket":

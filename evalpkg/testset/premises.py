@@ -18,10 +18,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from sqlglot import exp
 
-from evalpkg.errors import SqlParseError
+from evalpkg.errors import QueryError, SqlParseError
 from evalpkg.grading.comparator import match, order_key_columns
-from evalpkg.sql.executor import QueryFailed
-from evalpkg.sql.guard import SqlRefused
 from evalpkg.sql.parse import parse_statement
 from evalpkg.testset.models import TaskType
 
@@ -62,7 +60,7 @@ def check(tasks: Iterable[Task], run: Callable[[str], QueryResult]) -> list[Find
     for task in tasks:
         try:
             results[task.id] = (task, [run(sql) for sql in task.gold_sql])
-        except (QueryFailed, SqlRefused):
+        except QueryError:
             continue
     findings: list[Finding] = []
     for task, golds in results.values():

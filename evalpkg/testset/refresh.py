@@ -15,6 +15,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from evalpkg.db import connect
 from evalpkg.errors import ConfigError, DataError, UsageError
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
@@ -23,7 +24,8 @@ from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset import release, ticket_task, traps
 from evalpkg.testset.annotate import Annotation, measure_tasks
 from evalpkg.testset.classify import classify
-from evalpkg.testset.gold import GoldError, agent_connection, run_gold
+from evalpkg.testset.gold import GoldError, GoldRunner, agent_connection
+from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Task
 from evalpkg.testset.refresh_release import recover_release, release_approved, release_queue
 from evalpkg.testset.review_queue import (
@@ -36,7 +38,7 @@ from evalpkg.testset.review_queue import (
     queue_dir,
     save,
 )
-from evalpkg.testset.validate import gold_columns, gold_executor
+from evalpkg.testset.validate import gold_executor
 
 __all__ = ["Candidate", "Decision", "load_queue", "queue_dir", "recover_release", "release_approved", "release_queue"]
 MONTH_RE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
@@ -102,14 +104,10 @@ def refresh(
     report = RefreshReport(month)
     seen = covered_patterns(settings)
     executor = gold_executor(settings)
+    tickets = done_tickets(settings, start, end)
     with agent_connection(settings) as conn, closing(executor):
+        golds = GoldRunner(conn)
         meanings = ticket_task.dictionary(conn)
-        with conn.transaction():
-            tickets = conn.execute(
-                "select ticket_id, created_at, request_text, sql_text from ops.query_ticket "
-                "where status = 'done' and created_at >= %s and created_at < %s order by ticket_id",
-                (start, end),
-            ).fetchall()
         report.tickets = len(tickets)
         for ticket_id, created, request, sql in tickets:
             if not ticket_sql_accepted(sql):
@@ -120,8 +118,7 @@ def refresh(
                 report.drop("already covered")
                 continue
             try:
-                rows = run_gold(conn, sql)
-                columns = gold_columns(conn, sql)
+                rows, columns = golds.rows(sql), golds.result(sql).columns
             except GoldError:
                 report.drop("SQL fails on the snapshot")
                 continue
@@ -132,6 +129,9 @@ def refresh(
                 report.drop("no number in the result to check")
                 continue
             cand = _candidate(report, drafter, month, ticket_id, created, request, sql, rows, columns, meanings)
+            if problems := check_golds(cand.task, golds):  # the checks a release holds it to, here first
+                report.drop(f"its gold does not hold on the snapshot ({problems[0].code.replace('_', ' ')})")
+                continue
             cand = cand.model_copy(update={"pattern": pat, "task": biting_tags_only(cand.task, executor)})
             if auto_approve:  # the task decision only: its wordings still need a reviewer
                 note = "synthetic ticket, approved by --auto-approve"
@@ -143,6 +143,18 @@ def refresh(
             report.added.append(cand.task.id)
     progress(report.summary())
     return report
+
+
+def done_tickets(settings: Settings, start: date, end: date) -> list[tuple[int, datetime, str, str]]:
+    """The month's done tickets, read as the curator: the agents' role cannot read the ticket log, whose
+    SQL is the gold of every task mined from it. A ticket's SQL then runs as an agent's query would."""
+    with connect(settings.curator_url()) as conn:
+        rows = conn.execute(
+            "select ticket_id, created_at, request_text, sql_text from ops.query_ticket "
+            "where status = 'done' and created_at >= %s and created_at < %s order by ticket_id",
+            (start, end),
+        ).fetchall()
+    return [(int(i), c, str(r), str(q)) for i, c, r, q in rows]
 
 
 def biting_tags_only(task: Task, executor: ReadOnlyExecutor) -> Task:

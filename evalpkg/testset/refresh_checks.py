@@ -9,10 +9,11 @@ import json
 
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
-from evalpkg.testset import determinism, premises, traps, worlds
-from evalpkg.testset.gold import GoldError, agent_connection, run_gold
+from evalpkg.testset import premises, traps, worlds
+from evalpkg.testset.gold import GoldRunner, agent_connection
+from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Task
-from evalpkg.testset.validate import gold_columns, gold_executor, output_problems
+from evalpkg.testset.validate import gold_executor
 
 
 def candidate_problems(
@@ -49,18 +50,9 @@ def _problems(
     for world, scratch in worlds.each(settings, reference, progress=progress):
         where = f"in the reference world {world.label()}"
         with agent_connection(scratch) as conn:
+            golds = GoldRunner(conn)
             for task in tasks:
-                for sql in task.gold_sql:
-                    try:
-                        rows = run_gold(conn, sql)
-                        ordering, points = determinism.check(task, sql, rows, lambda probe: run_gold(conn, probe))
-                        found = [*ordering, *points, *output_problems(task, [gold_columns(conn, sql)])]
-                    except GoldError as exc:
-                        found = [f"the gold SQL fails: {exc}"]
-                        rows = [()]
-                    if not rows and not task.result.empty_expected:
-                        found.append("the gold SQL returns no rows")
-                    problems[task.id] += [f"{p.removeprefix(task.id + ': ')} {where}" for p in found]
+                problems[task.id] += [f"{p.message} {where}" for p in check_golds(task, golds)]
         executor = gold_executor(scratch)
         try:
             for outcome in traps.measure(tasks, executor):

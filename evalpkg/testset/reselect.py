@@ -23,7 +23,7 @@ from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.testset import premises, release, traps, worlds
 from evalpkg.testset.build import check_gold, instantiate, load_templates
-from evalpkg.testset.gold import agent_connection, snapshot_version
+from evalpkg.testset.gold import GoldRunner, agent_connection, snapshot_version
 from evalpkg.testset.models import TASK_FORMAT_VERSION
 from evalpkg.testset.params import chosen, domains
 from evalpkg.testset.validate import gold_executor
@@ -159,12 +159,13 @@ def _check_world(
     executor = gold_executor(scratch)
     try:
         with agent_connection(scratch) as conn:
+            golds = GoldRunner(conn)
             for c in candidates:
                 v = verdicts.setdefault(c.key, Verdict(failures=[c.retired] if c.retired else []))
                 if v.failures:
                     continue  # out already; a missed trap is still counted (its tag may be dropped)
                 min_counts = templates[c.group].min_counts if c.group in templates else {}
-                if reason := check_gold(conn, c.task, set(), min_counts):
+                if reason := check_gold(golds, c.task, set(), min_counts):
                     v.failures.append(f"{world.label()}: {reason}")
                     continue
                 v.failures += [f"{world.label()}: {f.line()}" for f in premises.check([c.task], executor.run)]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from sqlglot import exp
 
-from evalpkg.errors import SqlParseError
+from evalpkg.errors import QueryError, SqlParseError
 from evalpkg.sql.parse import DIALECT, parse_statement
 from evalpkg.testset.release import VERSION_RE
 
@@ -259,8 +259,6 @@ def measure(tasks: Iterable[Task], executor: ReadOnlyExecutor) -> list[Outcome]:
 
 def _outcome(task: Task, tag: str, executor: ReadOnlyExecutor) -> Outcome:
     from evalpkg.grading.execution import GoldCache, execution_match
-    from evalpkg.sql.executor import QueryFailed
-    from evalpkg.sql.guard import SqlRefused
 
     mutations = [(k, m) for k, m in enumerate(mutate(sql, tag) for sql in task.gold_sql) if m.sql]
     if not task.gold_sql:
@@ -283,7 +281,7 @@ def _outcome(task: Task, tag: str, executor: ReadOnlyExecutor) -> Outcome:
                 if execution_match(task, m.sql, gold, executor, cols)[1]
                 for n in names
             ]
-        except (QueryFailed, SqlRefused) as exc:
+        except QueryError as exc:
             return Outcome(task.id, tag, "error", f"{label}: {exc}")
         if passed:
             which = "every variant" if len(passed) == len(task.variants) else "variants " + ", ".join(passed)

@@ -20,7 +20,7 @@ from evalpkg.errors import ConfigError
 from evalpkg.progress import Progress, quiet
 from evalpkg.testset import build, worlds
 from evalpkg.testset.build import Template, TemplateFile, check_gold, fill, read_template_file
-from evalpkg.testset.gold import agent_connection
+from evalpkg.testset.gold import GoldRunner, agent_connection
 from evalpkg.testset.params import domains
 from evalpkg.testset.validate import discrimination
 
@@ -142,9 +142,10 @@ def _check_world(scratch: Settings, world: worlds.World, tried: list[Tried]) -> 
     owner = {task.id: one for one in tried for task in one.tasks}
     unusable = set()
     with agent_connection(scratch) as conn:
+        golds = GoldRunner(conn)
         for one in tried:
             for task in one.tasks:
-                if reason := check_gold(conn, task, set(), one.template.min_counts):
+                if reason := check_gold(golds, task, set(), one.template.min_counts):
                     one.problems.append(Problem(task.id, label, reason.removeprefix(f"{task.id}: ")))
                     unusable.add(task.id)
     _, outcomes, findings = discrimination(scratch, tasks)

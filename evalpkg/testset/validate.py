@@ -4,23 +4,21 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from evalpkg.db import first_line
-from evalpkg.errors import DataError
+from evalpkg.errors import DataError, QueryError
 from evalpkg.expectations import ValidationReport, load_suite, validate_frames
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint
-from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor
-from evalpkg.sql.guard import SqlRefused
-from evalpkg.testset import determinism, premises, release, traps, worlds
-from evalpkg.testset.gold import GOLD_TIMEOUT_MS, GoldError, agent_connection, run_gold, snapshot_version
-from evalpkg.testset.models import Difficulty, QuestionVariant, Task, TaskType
+from evalpkg.sql.executor import QueryResult, ReadOnlyExecutor
+from evalpkg.testset import premises, release, traps, worlds
+from evalpkg.testset.gold import GOLD_TIMEOUT_MS, GoldRunner, agent_connection, snapshot_version
+from evalpkg.testset.gold_checks import check_golds
+from evalpkg.testset.models import Difficulty, Task, TaskType
 
 if TYPE_CHECKING:
     import pandas as pd
-    import psycopg
 
 MIN_TASKS = 320
 
@@ -80,57 +78,6 @@ def structural_problems(tasks: list[Task], *, min_tasks: int = MIN_TASKS) -> lis
     return problems
 
 
-def gold_columns(conn: psycopg.Connection, sql: str) -> list[str]:
-    """The gold result's column names as PostgreSQL reports them, without fetching a row."""
-    import psycopg
-
-    try:
-        with conn.transaction():
-            conn.execute("set transaction read only")
-            conn.execute(f"set local statement_timeout = {int(GOLD_TIMEOUT_MS)}")
-            cur = conn.execute(f"select * from ({sql.strip().rstrip(';')}) as gold limit 0")  # SQL from task files
-            return [d.name for d in cur.description or []]
-    except psycopg.Error as exc:
-        raise GoldError(first_line(exc)) from exc
-
-
-def output_problems(task: Task, columns: list[list[str]] | None = None) -> list[str]:
-    """What a task's outputs and its variants' asks get wrong: an unknown output, an output no variant asks
-    for, duplicates; given each gold's result columns, a variant that no gold answers (none returns every
-    column it asks for) and a gold that answers no variant."""
-    names = [o.name for o in task.outputs]
-    problems = [f"{task.id}: output {n!r} is declared twice" for n, k in Counter(names).items() if k > 1]
-    columns_used = Counter(o.column.lower() for o in task.outputs)
-    problems += [f"{task.id}: column {c!r} carries two outputs" for c, k in columns_used.items() if k > 1]
-    problems += [
-        f"{_label(task, v)}: asks for unknown output {n!r}" for v in task.variants for n in v.asks if n not in names
-    ]
-    asked = {n for v in task.variants for n in (v.asks or names)}
-    problems += [f"{task.id}: output {n!r} is asked for by no variant" for n in names if n not in asked]
-    if columns is None or not task.outputs:
-        return problems
-    returned = [{c.lower() for c in cols} for cols in columns]
-    # missing[i][k]: the outputs variant i asks for that gold k does not return
-    missing = [[[o for o in task.asked(v) if o.column.lower() not in r] for r in returned] for v in task.variants]
-    for v, per_gold in zip(task.variants, missing, strict=True):
-        if per_gold and all(per_gold):
-            o = min(per_gold, key=len)[0]
-            problems.append(
-                f"{_label(task, v)}: asks for output {o.name!r} (column {o.column!r}), "
-                "which the gold result does not return"
-            )
-    problems += [
-        f"{task.id}: gold #{k + 1} returns the columns of no variant's asks"
-        for k in range(len(returned))
-        if all(per_gold[k] for per_gold in missing)
-    ]
-    return problems
-
-
-def _label(task: Task, v: QuestionVariant) -> str:
-    return f"{task.id} variant {v.language.value}/{v.complexity.value}"
-
-
 def validate(
     settings: Settings,
     version: str | None = None,
@@ -151,29 +98,15 @@ def validate(
     ]
     with agent_connection(settings) as conn:
         report.snapshot_version = snapshot_version(conn)
-        # each task, and each follow-up with its own gold as a task of its own (its gold runs, declares its outputs)
-        turns = [(i, whole.turn_task(t)) for i, whole in enumerate(rel.tasks, 1) for t in whole.graded_turns()]
-        for i, task in turns:
-            columns: list[list[str]] | None = []
-            for sql in task.gold_sql:
-                report.gold_queries += 1
-                try:
-                    rows = run_gold(conn, sql)
-                    columns = None if columns is None else [*columns, gold_columns(conn, sql)]
-                except GoldError as exc:
-                    report.problems.append(f"{rel.root / 'tasks' / (task.id + '.json')}: field gold_sql: {exc}")
-                    columns = None
-                    continue
-                # a list the data decides the length of may be empty on another snapshot: premises.top_n
-                # reports that as a finding (held where the release must hold: a reference world)
-                if not rows and not task.fewer_rows_expected():
-                    report.problems.append(
-                        f"{task.id}: gold SQL returned no rows (neither result.empty_expected nor notes saying "
-                        "fewer rows are expected)"
-                    )
-                _check_determinism(report, conn, task, sql, rows)
-            report.problems += output_problems(task, columns)
-            if i % 50 == 0 and task is rel.tasks[i - 1]:
+        golds = GoldRunner(conn)
+        for i, task in enumerate(rel.tasks, 1):
+            report.gold_queries += sum(len(task.turn_task(t).gold_sql) for t in task.graded_turns())
+            found = check_golds(task, golds)
+            report.nondeterministic_golds += len({(p.turn, p.gold) for p in found if p.code == "nondeterministic"})
+            report.undetermined_points += sum(p.code == "undetermined" for p in found)
+            path = rel.root / "tasks" / f"{task.id}.json"
+            report.problems += [f"{path}: field gold_sql: {p}" if p.code == "fails" else str(p) for p in found]
+            if i % 50 == 0:
                 progress(f"checked {i}/{len(rel.tasks)} tasks")
     progress("running the trap mutations and premise checks")
     _, report.trap_outcomes, report.premise_findings = discrimination(settings, rel.tasks)
@@ -217,32 +150,18 @@ class MemoExecutor(ReadOnlyExecutor):
 
     def __init__(self, url: str, timeout_ms: int) -> None:
         super().__init__(url, timeout_ms=timeout_ms, row_cap=None)
-        self._memo: dict[str, QueryResult | QueryFailed | SqlRefused] = {}
+        self._memo: dict[str, QueryResult | QueryError] = {}
 
     def run(self, sql: str, *, checked: bool = False) -> QueryResult:
         if sql not in self._memo:
             try:
                 self._memo[sql] = super().run(sql, checked=checked)
-            except (QueryFailed, SqlRefused) as exc:
+            except QueryError as exc:
                 self._memo[sql] = exc
         got = self._memo[sql]
         if isinstance(got, Exception):
             raise got
         return got
-
-
-def _check_determinism(
-    report: TestsetReport, conn: psycopg.Connection, task: Task, sql: str, rows: list[tuple[Any, ...]]
-) -> None:
-    try:
-        ordering, points = determinism.check(task, sql, rows, lambda probe: run_gold(conn, probe))
-    except GoldError as exc:
-        report.problems.append(f"{task.id}: the ORDER BY probe of a gold SQL failed: {exc}")
-        return
-    report.nondeterministic_golds += bool(ordering)
-    report.undetermined_points += len(points)
-    report.problems += [f"{task.id}: nondeterministic gold: {p}" for p in ordering]
-    report.problems += [f"{task.id}: undetermined {p}" for p in points]
 
 
 def validate_or_raise(settings: Settings, version: str | None = None, **kw: object) -> TestsetReport:

@@ -26,6 +26,19 @@ TABLES = [
 ]
 
 
+# What holds an answer key: the ticket log (gold SQL of every refresh task), other sessions' statements.
+ANSWER_KEYS = [
+    "select * from ops.query_ticket",
+    "select sql_text from ops.query_ticket",
+    "select request_text, sql_text from query_ticket",  # unqualified: not on the search path either
+]
+OTHER_SESSIONS = [
+    "select query from pg_stat_activity",
+    "select query from pg_catalog.pg_stat_activity where usename = current_user",
+    "select * from pg_stat_get_activity(null)",
+]
+
+
 def hostile_corpus() -> list[str]:
     handmade = (Path(__file__).parent / "hostile.sql").read_text(encoding="utf-8").split("\n----\n")
     generated = []
@@ -86,3 +99,12 @@ def test_legitimate_queries_pass_the_parse_guard() -> None:
         "select count(*) from emr.t_diag_record d where not exists (select 1 from emr.t_med_order o where o.patient_id = d.patient_id)",
     ]:
         check(sql)
+
+
+@pytest.mark.parametrize("query", ANSWER_KEYS + OTHER_SESSIONS)
+def test_the_toolkit_refuses_every_answer_key(new_toolkit: NewToolkit, query: str) -> None:
+    result = new_toolkit().call("execute_sql", {"sql": query})
+    assert not result.ok, query
+    assert result.error and (
+        any(why in result.error for why in ("permission denied", "not readable", "not allowed", "does not exist"))
+    ), result.error

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from evalpkg.sql.executor import QueryFailed, QueryResult
+from evalpkg.sql.parse import parse_statement
 from evalpkg.testset import build, premises, release
+from evalpkg.testset.gold import GoldResult
 from evalpkg.testset.models import Premise, Task
 from evalpkg.testset.params import Value, _month
 from tests.testset.test_models_and_fingerprints import task_dict
@@ -332,17 +334,26 @@ def test_check_holds_a_stated_premise_instead_of_the_bare_change() -> None:
     assert ("anom-sample-001", "change") not in found and ("anom-sample-001", "premise") not in found  # 44 != 38
 
 
+class Returning:
+    """A gold source whose every query (the determinism probe too) returns `rows`, named as the SQL's outputs."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.rows = rows
+
+    def result(self, sql: str) -> GoldResult:
+        return GoldResult([e.alias_or_name for e in parse_statement(sql).expressions], self.rows)
+
+
 @pytest.mark.parametrize(
     ("rows", "refused", "why"),
     [([(44, 38)], True, "a 14% swing fails the stated 25% / 10 visits"), ([(44, 20)], False, "a 55% fall meets it")],
 )
 def test_build_and_reselect_pass_over_a_choice_whose_premise_fails(
-    monkeypatch: pytest.MonkeyPatch, rows: list[tuple[int, int]], refused: bool, why: str
+    rows: list[tuple[int, int]], refused: bool, why: str
 ) -> None:
     # check_gold is what build, reselect and try-templates use to decide whether a choice is usable
-    monkeypatch.setattr(build, "run_gold", lambda conn, sql, *a, **k: rows)
     choice = stating(SUBSTANTIAL).model_copy(update={"gold_sql": ["select 44 as prev_visits, 38 as this_visits"]})
-    reason = build.check_gold(None, choice, set(), {})
+    reason = build.check_gold(Returning(rows), choice, set(), {})
     assert (reason is not None) is refused, (why, reason)
     if reason:
         assert "anom-stated-001" in reason and "at least 25%" in reason and "from 44 to 38" in reason
@@ -422,8 +433,7 @@ def test_every_anomaly_template_states_a_premise_its_gold_can_show(template: bui
     ],
 )
 def test_only_a_grouped_result_is_held_to_the_thin_series_rule(
-    monkeypatch: pytest.MonkeyPatch, sql: str, rows: list[tuple[Any, ...]], thin: bool, why: str
+    sql: str, rows: list[tuple[Any, ...]], thin: bool, why: str
 ) -> None:
-    monkeypatch.setattr(build, "run_gold", lambda conn, sql, *a, **k: rows)
-    reason = build.check_gold(None, task(gold_sql=[sql], answer_points=[]), set(), {})
+    reason = build.check_gold(Returning(rows), task(gold_sql=[sql], answer_points=[]), set(), {})
     assert (reason is not None and "too thin" in reason) is thin, (why, reason)

@@ -101,7 +101,7 @@ def test_a_broken_template_is_reported_with_its_reason(
     lines = [p.line() for p in tried.problems]
     assert any(f"[{world}] {reason}" in line for line in lines), (why, lines)
     if case == "gold_sql_fails":
-        assert "gold failed" in lines[0] and "bgzt_typo" in lines[0], why
+        assert "gold #1 fails" in lines[0] and "bgzt_typo" in lines[0], why
     result = CliRunner().invoke(app, ["try-templates", str(path), "--reference-worlds"])
     assert result.exit_code == 1, (why, result.output)
     assert reason in result.output, why

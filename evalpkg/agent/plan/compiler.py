@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from evalpkg.agent.plan.expressions import IDENT, INTERVAL, Expressions, PlanError, Scope, Source, quoted
+from evalpkg.agent.plan.expressions import IDENT, INTERVAL, Expressions, Scope, Source, quoted
 from evalpkg.agent.plan.model import Plan, PlanStep
+from evalpkg.errors import PlanError
 
 if TYPE_CHECKING:
     from evalpkg.agent.schema import Catalog

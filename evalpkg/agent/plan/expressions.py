@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from evalpkg.errors import PlanError
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -33,10 +35,6 @@ INTERVAL = re.compile(r"^\d+ (year|month|week|day|hour|minute)s?$")
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2})?)?$")
 DATE_FORMAT = re.compile(r"^[YMDQHI0-9 :/-]{1,20}$")
 MAX_DEPTH = 24
-
-
-class PlanError(Exception):
-    """The plan breaks a compiler rule; the message names the rule and the step."""
 
 
 @dataclass

@@ -9,6 +9,7 @@ import sqlglot
 from sqlglot import exp
 
 from evalpkg.agent.plan.model import Plan, PlanStep
+from evalpkg.errors import PlanError
 
 COMPARISONS: dict[type[exp.Expr], str] = {
     exp.EQ: "=",
@@ -33,7 +34,7 @@ CASTS |= {"TEXT": "text", "VARCHAR": "text", "DATE": "date", "TIMESTAMP": "times
 DATE_TOKENS = {"%Y": "YYYY", "%m": "MM", "%d": "DD", "%H": "HH24", "%M": "MI", "%S": "SS"}
 
 
-class Untranslatable(Exception):
+class Untranslatable(PlanError):
     """The SQL uses something the plan grammar has no step or expression for."""
 
 

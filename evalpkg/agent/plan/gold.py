@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from evalpkg.agent.plan.compiler import compile_plan
-from evalpkg.agent.plan.expressions import PlanError
 from evalpkg.agent.plan.from_sql import Untranslatable, plan_from_sql
+from evalpkg.errors import PlanError
 from evalpkg.grading.execution import GoldCache, gold_match, run_prediction
 
 if TYPE_CHECKING:
