@@ -53,6 +53,17 @@ def refresh(
             drafter.client.close()
 
 
+# What each action of `review` reads; any other option given is a usage error, never silently dropped.
+REVIEW_OPTIONS: dict[str, tuple[str, ...]] = {
+    "--arbitrate": ("--arbitrate", "--outcome", "--reviewer", "--note", "--sql"),
+    "--show": ("IDS", "--show"),
+    "--wording": ("IDS", "--wording", "--text", "--reviewer", "--role"),
+    "--wordings": ("IDS", "--wordings", "--reviewer", "--role"),
+    "a decision": ("IDS", "--reject", "--reviewer", "--role", "--note"),
+    "the queue's list": (),
+}
+
+
 def review(
     ids: Annotated[list[str] | None, typer.Argument(help="candidate task ids; none: list the queue")] = None,
     approve: Annotated[bool, typer.Option("--approve/--reject")] = True,
@@ -71,6 +82,13 @@ def review(
         str | None, typer.Option(help="approve this wording of the one candidate named (e.g. en/plain)")
     ] = None,
     text: Annotated[str | None, typer.Option(help="with --wording: the reviewer's own text, approved")] = None,
+    wordings: Annotated[
+        str | None,
+        typer.Option(
+            help='a JSON file of the one candidate\'s wordings, {"zh/plain": "text" or null (as drafted), ...}: '
+            "all approved in one command, or none"
+        ),
+    ] = None,
 ) -> None:
     """Record approve/reject decisions (with reviewer and role), or list the queue; --show a candidate,
     --wording to approve (or with --text rewrite) one of its wordings; with --arbitrate, the outcome for a
@@ -78,6 +96,27 @@ def review(
     from evalpkg.testset.refresh import load_queue, review_wording
     from evalpkg.testset.refresh import review as record
 
+    given = {
+        "IDS": bool(ids),
+        "--reject": not approve,
+        "--reviewer": bool(reviewer),
+        "--role": bool(role),
+        "--note": bool(note),
+        "--arbitrate": arbitrate is not None,
+        "--outcome": outcome is not None,
+        "--sql": sql is not None,
+        "--show": show,
+        "--wording": wording is not None,
+        "--text": text is not None,
+        "--wordings": wordings is not None,
+    }
+    # the first of these given decides what the command does
+    action = next((a for a in ("--arbitrate", "--show", "--wording", "--wordings") if given[a]), None)
+    action = action or ("a decision" if ids else "the queue's list")
+    if stray := [o for o, on in given.items() if on and o not in REVIEW_OPTIONS[action]]:
+        raise UsageError(
+            f"{stray[0]}: does not apply to {action} (it takes {', '.join(REVIEW_OPTIONS[action]) or 'no option'})"
+        )
     settings = get_settings()
     if arbitrate is not None:
         _arbitrate(settings, arbitrate, outcome, reviewer, note, sql)
@@ -94,6 +133,15 @@ def review(
         raise UsageError("--reviewer: required to record a decision")
     if role not in ("clinician", "analyst", "dba"):
         raise UsageError(f"--role: must be clinician, analyst or dba, got {role!r}")
+    if wordings is not None:
+        from evalpkg.testset.refresh import review_wordings
+
+        if len(ids) != 1:
+            raise UsageError("--wordings: name exactly one candidate")
+        texts = _wordings_file(wordings)
+        for done in review_wordings(settings, ids[0], texts, reviewer, role):  # type: ignore[arg-type]
+            to_stderr(f"{ids[0]} {done.key}: {'rewritten and ' if done.edited else ''}approved by {done.approved_by}")
+        return
     if wording is not None:
         if len(ids) != 1:
             raise UsageError("--wording: name exactly one candidate")
@@ -103,6 +151,25 @@ def review(
     decision: Literal["approve", "reject"] = "approve" if approve else "reject"
     n = record(settings, ids, decision, reviewer, role, note)  # type: ignore[arg-type]
     to_stderr(f"recorded {decision} for {n} candidate(s)")
+
+
+def _wordings_file(path: str) -> dict[str, str | None]:
+    import json
+    from pathlib import Path
+
+    from evalpkg.errors import ConfigError
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"--wordings {path}: cannot read it ({exc.strerror})") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--wordings {path}: not JSON (line {exc.lineno}: {exc.msg})") from exc
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f'--wordings {path}: expected an object of wordings, e.g. {{"zh/plain": "..."}}')
+    if bad := [k for k, v in data.items() if not (v is None or isinstance(v, str))]:
+        raise ConfigError(f"--wordings {path}: field {bad[0]}: must be the text or null, got {data[bad[0]]!r}")
+    return data
 
 
 def _show_candidates(settings: Settings, ids: list[str]) -> None:
@@ -127,9 +194,8 @@ def _show_candidates(settings: Settings, ids: list[str]) -> None:
         for v in t.variants:
             w = c.wording(f"{v.language.value}/{v.complexity.value}")
             state = f"approved by {w.approved_by}" if w and w.approved_by else "NOT APPROVED"
-            typer.echo(
-                f"  {v.language.value}/{v.complexity.value:<10} [{w.drafted_by if w else '?'}; {state}] {v.text}"
-            )
+            origin = f"written by {w.approved_by}" if w and w.edited else f"drafted from {w.drafted_by if w else '?'}"
+            typer.echo(f"  {v.language.value}/{v.complexity.value:<10} [{origin}; {state}] {v.text}")
 
 
 def _arbitrate(
@@ -192,10 +258,16 @@ def annotate(
     )
 
 
-def release_cmd() -> None:
+def release_cmd(
+    dry_run: Annotated[bool, typer.Option(help="list what would be released and refused, writing nothing")] = False,
+    strict: Annotated[
+        bool, typer.Option(help="exit 1 when any candidate is refused, even if a version is written")
+    ] = False,
+) -> None:
     """Make the next version from approved candidates, with CHANGELOG and manifest: those whose wordings
     are all approved and whose second annotation agrees, checked in every reference world as `validate
-    --reference-worlds` checks a release; one that fails there is refused (exit 1), saying where and why."""
+    --reference-worlds` checks a release; one that fails there is refused, saying where and why. Exits 0
+    when a version is written (refusals listed), 1 when candidates were refused and none released."""
     from evalpkg.interrupts import Interrupted, held_interrupts
     from evalpkg.testset import release
     from evalpkg.testset.refresh import recover_release, release_queue
@@ -204,6 +276,15 @@ def release_cmd() -> None:
     tasks_dir = settings.tasks_dir
     recover_release(settings)  # release_queue does too; first here, so that the next version is known
     version = release.next_version(tasks_dir)
+    if dry_run:
+        out = release_queue(settings, dry_run=True, progress=to_stderr)
+        for tid in out.passed:
+            typer.echo(f"would release {tid} in {version}")
+        for line in out.lines():
+            typer.echo(f"would have {line}" if line.startswith("held") else f"would be {line}")
+        if not (out.passed or out.held or out.refused):
+            typer.echo("nothing approved to release")
+        return
     # Ctrl-C: before the release dir is renamed into place nothing is left behind; from then on it waits
     # until the CHANGELOG and the review queue say so too.
     done = f"{version} was released in full (tasks, manifest, CHANGELOG, review queue) before it took effect"
@@ -212,12 +293,12 @@ def release_cmd() -> None:
             out = release_queue(settings, progress=to_stderr)
     except KeyboardInterrupt as exc:
         raise Interrupted(str(exc) or f"nothing was released; {tasks_dir} is as it was") from None
-    rel = out.release
+    rel = out.release  # release_queue has said each held and refused candidate, with why
     if rel is not None:
         to_stderr(f"released {rel.version}: {len(rel.tasks)} tasks")
     else:
         to_stderr("nothing ready to release" if out.held or out.refused else "nothing approved to release")
-    if out.refused:
+    if out.refused and (strict or rel is None):
         tid, why = next(iter(out.refused.items()))
         raise DataError(
             f"refused {len(out.refused)} candidate(s) that fail the reference-world checks; first {tid}: {why[0]}"

@@ -70,9 +70,15 @@ def log_dir(settings: Settings) -> Path:
 def dbt_args(settings: Settings, command: str, *extra: str) -> list[str]:
     project = str(settings.dbt_project_dir)
     # "source freshness" is a sub-command: its options go after both words. Every command evalpkg
-    # runs (parse, build, test, source freshness) takes --target-path and --log-path.
+    # runs (parse, build, test, source freshness) takes --target-path and --log-path. dbt's own lines
+    # (hundreds per build) go to dbt.log only; the terminal gets evalpkg's progress, and dbt's errors.
     return [
         *command.split(),
+        "--log-level",
+        "error",
+        "--log-level-file",
+        "debug",
+        "--no-use-colors",
         "--project-dir",
         project,
         "--profiles-dir",
@@ -141,8 +147,8 @@ def run_dbt(
         first = failed[0]
         raise SyncError(
             f"dbt {command}: {len(failed)} node(s) failed; first: {first.kind} {first.name}: "
-            f"{first.message.splitlines()[0] if first.message else first.status}"
+            f"{first.message.splitlines()[0] if first.message else first.status} (log: {log_dir(settings)}/dbt.log)"
         )
     if not res.success:
-        raise SyncError(f"dbt {command} failed: {_first_line(res.exception)}")
+        raise SyncError(f"dbt {command} failed: {_first_line(res.exception)} (log: {log_dir(settings)}/dbt.log)")
     return results

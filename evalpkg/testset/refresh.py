@@ -23,7 +23,6 @@ from evalpkg.sql import fingerprint, guard
 from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset import release, ticket_task, traps
 from evalpkg.testset.annotate import Annotation, measure_tasks
-from evalpkg.testset.classify import classify
 from evalpkg.testset.gold import GoldError, GoldRunner, agent_connection
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Task
@@ -50,6 +49,7 @@ class RefreshReport:
     tickets: int = 0
     added: list[str] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    dropped_tickets: dict[int, str] = field(default_factory=dict)  # ticket id -> why it was not queued
     drafted_by_model: int = 0
     draft_failures: list[str] = field(default_factory=list)  # the model's, one line each
 
@@ -62,8 +62,9 @@ class RefreshReport:
             f"dropped: {drops}"
         )
 
-    def drop(self, why: str) -> None:
+    def drop(self, why: str, ticket_id: int) -> None:
         self.dropped[why] = self.dropped.get(why, 0) + 1
+        self.dropped_tickets[ticket_id] = why
 
 
 def _month_bounds(month: str) -> tuple[date, date]:
@@ -80,7 +81,10 @@ def ticket_sql_accepted(sql: str) -> bool:
 
 
 def covered_patterns(settings: Settings) -> set[str]:
-    patterns = {c.pattern for _, c in load_queue(settings)}
+    """The shapes (SQL without its literals: the same tables, filters and measure) a new ticket would
+    repeat: every released task's, and every candidate's still in the running (a rejected or refused one
+    covers nothing, so a better ticket of its shape is mined)."""
+    patterns = {c.pattern for _, c in load_queue(settings) if c.status != "rejected"}
     if release.versions(settings.tasks_dir):
         for task in release.load(settings.tasks_dir).tasks:
             patterns.update(fingerprint.pattern(sql) for sql in task.gold_sql)
@@ -111,26 +115,32 @@ def refresh(
         report.tickets = len(tickets)
         for ticket_id, created, request, sql in tickets:
             if not ticket_sql_accepted(sql):
-                report.drop("not one read-only query")
+                report.drop("not one read-only query", ticket_id)
                 continue
             pat = fingerprint.pattern(sql)
             if pat in seen:
-                report.drop("already covered")
+                report.drop("already covered", ticket_id)
                 continue
             try:
                 rows, columns = golds.rows(sql), golds.result(sql).columns
             except GoldError:
-                report.drop("SQL fails on the snapshot")
+                report.drop("SQL fails on the snapshot", ticket_id)
                 continue
             if not rows:
-                report.drop("no rows")
+                report.drop("no rows", ticket_id)
                 continue
             if not ticket_task.answer_points(rows):  # e.g. an average over no admissions: one NULL row
-                report.drop("no number in the result to check")
+                report.drop("no number in the result to check", ticket_id)
+                continue
+            if ticket_task.all_zero(rows):
+                report.drop("its answer is 0 on the snapshot: a query that finds nothing would agree", ticket_id)
+                continue
+            if why := ticket_task.withdrawn_threshold(sql):
+                report.drop(f"a withdrawn threshold: {why}", ticket_id)
                 continue
             cand = _candidate(report, drafter, month, ticket_id, created, request, sql, rows, columns, meanings)
             if problems := check_golds(cand.task, golds):  # the checks a release holds it to, here first
-                report.drop(f"its gold does not hold on the snapshot ({problems[0].code.replace('_', ' ')})")
+                report.drop(f"its gold does not hold on the snapshot ({problems[0].code.replace('_', ' ')})", ticket_id)
                 continue
             cand = cand.model_copy(update={"pattern": pat, "task": biting_tags_only(cand.task, executor)})
             if auto_approve:  # the task decision only: its wordings still need a reviewer
@@ -185,9 +195,8 @@ def _candidate(
     columns: list[str],
     meanings: ticket_task.Meanings,
 ) -> Candidate:
-    _, _, tags = classify(sql)
     declared = ticket_task.outputs(sql, columns, meanings)
-    drafts = ticket_task.rule_drafts(request, sql, fingerprint.tables(sql), "time_semantics" in tags)
+    drafts = ticket_task.rule_drafts(request, sql, fingerprint.tables(sql))
     if drafter is not None:
         try:
             for key, text in drafter.draft(request, sql, declared).items():
@@ -218,6 +227,10 @@ def review(
     note: str = "",
 ) -> int:
     queue = _queued(settings, ids)
+    if decision == "approve" and (own := [i for i in ids if _second_annotator(queue[i][1]) == reviewer]):
+        raise UsageError(
+            f"--reviewer {reviewer}: wrote the second annotation of {', '.join(own)}; another person approves"
+        )
     for tid in ids:
         path, cand = queue[tid]
         cand.decisions.append(Decision(decision=decision, reviewer=reviewer, role=role, at=_now(), note=note))
@@ -225,11 +238,32 @@ def review(
     return len(ids)
 
 
+def _second_annotator(cand: Candidate) -> str | None:
+    return cand.second_annotation.annotator.id if cand.second_annotation else None
+
+
 def review_wording(
     settings: Settings, task_id: str, key: str, reviewer: str, role: Role, text: str | None = None
 ) -> Wording:
     """Approve one wording (`key`: language/complexity) as drafted, or with `text`, the reviewer's own."""
+    return review_wordings(settings, task_id, {key: text}, reviewer, role)[0]
+
+
+def review_wordings(
+    settings: Settings, task_id: str, texts: dict[str, str | None], reviewer: str, role: Role
+) -> list[Wording]:
+    """Approve several wordings of one candidate at once (key -> the reviewer's text, or None: as drafted):
+    all of them, or none when one is refused."""
     path, cand = _queued(settings, [task_id])[task_id]
+    done = []
+    for key, text in texts.items():
+        cand, wording = _approved(cand, key, reviewer, role, text)
+        done.append(wording)
+    save(path, cand)
+    return done
+
+
+def _approved(cand: Candidate, key: str, reviewer: str, role: Role, text: str | None) -> tuple[Candidate, Wording]:
     wording = cand.wording(key)
     if wording is None:
         raise UsageError(f"--wording: {key!r} is not one of {', '.join(w.key for w in cand.wordings) or 'none'}")
@@ -252,8 +286,7 @@ def review_wording(
     approved = wording.model_copy(update={"approved_by": f"{role} {reviewer}", "edited": text is not None})
     wordings = [approved if w.key == key else w for w in cand.wordings]
     task = cand.task.model_copy(update={"variants": variants})
-    save(path, cand.model_copy(update={"task": task, "wordings": wordings}))
-    return approved
+    return cand.model_copy(update={"task": task, "wordings": wordings}), approved
 
 
 def annotate_queue(settings: Settings, annotation: Annotation, *, progress: Progress = quiet) -> list[Candidate]:
@@ -262,6 +295,9 @@ def annotate_queue(settings: Settings, annotation: Annotation, *, progress: Prog
     queue = [(p, c) for p, c in load_queue(settings) if not c.released_in and c.task.id in annotation.tasks]
     if not queue:
         raise UsageError("the annotation covers no unreleased candidate of the review queue (its `tasks` keys)")
+    who = annotation.annotator.id
+    if approved := [c.task.id for _, c in queue if c.status == "approved" and c.decisions[-1].reviewer == who]:
+        raise UsageError(f"annotator {who}: approved {', '.join(approved)}; the second annotation is another person's")
     measured = measure_tasks(settings, annotation, [c.task for _, c in queue], "review queue", progress=progress)
     out = []
     for (path, cand), result in zip(queue, measured.tasks, strict=True):

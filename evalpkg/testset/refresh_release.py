@@ -47,6 +47,7 @@ class QueueRelease:
     release: release.Release | None = None
     held: dict[str, str] = field(default_factory=dict)  # task id -> what it still needs
     refused: dict[str, list[str]] = field(default_factory=dict)  # task id -> the checks it failed
+    passed: list[str] = field(default_factory=list)  # released, or (a dry run) would be
 
     def lines(self) -> list[str]:
         return [f"held {tid}: {why}" for tid, why in self.held.items()] + [
@@ -55,10 +56,15 @@ class QueueRelease:
 
 
 def release_queue(
-    settings: Settings, *, reference: tuple[worlds.World, ...] = worlds.WORLDS, progress: Progress = quiet
+    settings: Settings,
+    *,
+    reference: tuple[worlds.World, ...] = worlds.WORLDS,
+    dry_run: bool = False,
+    progress: Progress = quiet,
 ) -> QueueRelease:
     """The next version: the latest release plus every approved, ready candidate that holds in every
-    reference world; those that fail are refused (recorded in the queue with the reasons)."""
+    reference world; those that fail are refused (recorded in the queue with the reasons). A dry run
+    checks the same and writes nothing: no version, no refusal in the queue."""
     from evalpkg.testset.refresh_checks import candidate_problems
 
     recover_release(settings)
@@ -80,6 +86,8 @@ def release_queue(
     for path, cand in ready:
         if found := problems[cand.task.id]:
             out.refused[cand.task.id] = found
+            if dry_run:
+                continue
             refusal = Decision(
                 decision="reject",
                 reviewer=RELEASE_CHECKS,
@@ -91,7 +99,8 @@ def release_queue(
     for line in out.lines():
         progress(line)
     passed = [(p, c) for p, c in ready if c.task.id not in out.refused]
-    if passed:
+    out.passed = [c.task.id for _, c in passed]
+    if passed and not dry_run:
         out.release = _write(settings, base, snap, passed, len(reference))
     return out
 

@@ -21,6 +21,7 @@ import sqlglot
 from sqlglot import exp
 
 from evalpkg.sql import fingerprint
+from evalpkg.sql.parse import parse_statement
 from evalpkg.testset.build import TYPE_PREFIX
 from evalpkg.testset.classify import AGG_EN, classify, describe_en
 from evalpkg.testset.models import (
@@ -38,6 +39,7 @@ from evalpkg.testset.models import (
     Task,
     Turn,
 )
+from evalpkg.testset.params import RETIRED_GLUCOSE_CUTOFFS, RETIRED_GLUCOSE_WHY
 
 if TYPE_CHECKING:
     import psycopg
@@ -110,15 +112,36 @@ def answer_points(rows: list[tuple[Any, ...]]) -> list[AnswerPoint]:
     return [AnswerPoint(kind="number", row=r, col=c) for r, c in cells[:MAX_POINTS]]
 
 
-def rule_drafts(request: str, sql: str, tables: list[str], time_semantics: bool) -> dict[Key, tuple[str, str]]:
-    """(text, drafted_by) for every wording, without a model: zh from the ticket, en described from the SQL."""
+def all_zero(rows: list[tuple[Any, ...]]) -> bool:
+    """Every number of the result is 0: a wrong query that finds nothing would agree with it."""
+    return all(float(v) == 0 for row in rows for v in row if _is_number(v))
+
+
+# Lab cut-offs the clinical review withdrew, per lab item code: the templates' retired parameter values.
+WITHDRAWN_CUTOFFS = (("GLU", RETIRED_GLUCOSE_CUTOFFS, RETIRED_GLUCOSE_WHY),)
+
+
+def withdrawn_threshold(sql: str) -> str | None:
+    """Why the ticket's SQL compares a lab with a cut-off the clinical review withdrew (None: it does not)."""
+    tree = parse_statement(sql)
+    strings = {str(lit.this).upper() for lit in tree.find_all(exp.Literal) if lit.is_string}
+    numbers = {float(lit.this) for lit in tree.find_all(exp.Literal) if lit.is_number}
+    for code, cutoffs, why in WITHDRAWN_CUTOFFS:
+        if code in strings and (hit := numbers & {float(v) for pair in cutoffs for v in pair}):
+            return f"{code} cut-off {min(hit):g}: {why}"
+    return None
+
+
+def rule_drafts(request: str, sql: str, tables: list[str]) -> dict[Key, tuple[str, str]]:
+    """(text, drafted_by) for every wording, without a model: zh from the ticket, en described from the SQL.
+    The technical wording names where the data is, never a trap: whether a trap bites is measured after
+    drafting, and a hint at one that does not (or at the ticket's own rule) would mislead."""
     plain_zh = FILLER.sub("", request).strip(" ，,。") or request
-    caveat = "，注意时间字段的口径" if time_semantics else ""
     short_en, full_en = describe_en(sql)
     return {
         (Language.zh, Complexity.colloquial): (request, "ticket"),
         (Language.zh, Complexity.plain): (plain_zh, "ticket"),
-        (Language.zh, Complexity.technical): (f"{plain_zh}（数据来自{'、'.join(tables)}{caveat}）", "ticket"),
+        (Language.zh, Complexity.technical): (f"{plain_zh}（数据来自{'、'.join(tables)}）", "ticket"),
         (Language.en, Complexity.colloquial): (short_en, DRAFTED_BY_SQL),
         (Language.en, Complexity.plain): (short_en, DRAFTED_BY_SQL),
         (Language.en, Complexity.technical): (full_en, DRAFTED_BY_SQL),

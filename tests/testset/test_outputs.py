@@ -11,8 +11,8 @@ from pydantic import ValidationError
 
 from evalpkg.testset import release
 from evalpkg.testset.build import load_templates
-from evalpkg.testset.models import TASK_FORMAT_VERSION, Complexity, Language, Task
 from evalpkg.testset.gold_checks import output_problems
+from evalpkg.testset.models import TASK_FORMAT_VERSION, Complexity, Language, Task
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 GOLD = [["treated", "diabetics", "pct"]]
