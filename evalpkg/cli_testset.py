@@ -141,8 +141,7 @@ def _gold_plans(settings: Settings, tasks: list[Task]) -> list[GoldPlanCheck]:
     """Each answerable task's gold plan compiled and graded on the snapshot (the plan strategy's oracle)."""
     from evalpkg.agent.plan.gold import check_gold_plans
     from evalpkg.agent.schema import Catalog
-    from evalpkg.testset.gold import agent_connection
-    from evalpkg.testset.validate import gold_executor
+    from evalpkg.testset.gold import agent_connection, gold_executor
 
     with agent_connection(settings) as conn:
         catalog = Catalog.load(conn)
@@ -253,8 +252,7 @@ def audit_scorer(
     Exits 1 where a layout is rejected or a mutation accepted."""
     from evalpkg.testset import release
     from evalpkg.testset.audit import audit, summary
-    from evalpkg.testset.gold import agent_connection, snapshot_version
-    from evalpkg.testset.validate import gold_executor
+    from evalpkg.testset.gold import agent_connection, gold_executor, snapshot_version
 
     settings = get_settings()
     rel = release.load(settings.tasks_dir, version)

@@ -164,7 +164,7 @@ class Toolkit:
             require_timefield_confirmation: if true, a time-filtered query first returns the time
                 columns of its tables and their meaning; call again to run it.
         """
-        tree = check(sql)  # parsed once: guard, tables, and cache key all come from this tree
+        tree = check(sql)  # parsed once for the guard and the tables; the result cache is keyed by the text
         used = [t for t in (self.shared.catalog.resolve(x) for x in fingerprint.tables_in(tree)) if t]
         out: dict[str, Any] = {}
         if require_timefield_confirmation and self.options.time_confirmation:

@@ -1,6 +1,6 @@
 """Execution match (SPEC §9): "correct" means what a careful human grader accepts, and nothing more lenient.
 
-Rules of COMPARATOR_VERSION 3: every gold column needs its own prediction column (extra columns, column
+Rules of COMPARATOR_VERSION 4: every gold column needs its own prediction column (extra columns, column
 order and names don't matter; found by assignment, identical columns interchangeable); rows are bags, in the
 gold's ORDER BY order only where order matters (ties on the keys in any order); integers exact; fractional
 numbers within the task's relative tolerance, rows paired by a proper matching, and a gold written to more
@@ -10,6 +10,10 @@ not 0.1 for 0.12; a gold ending in 5 may round either way); one month as 1..12 (
 other side's labels lie in one year), 'YYYY-MM', a date or midnight on the 1st; booleans = 't'/'f'/'true'/
 'false'; text trimmed and NFKC-normalised; NULL equals only NULL; empty matches only empty; a failed or
 truncated result never matches. Several golds (layout alternatives): the caller tries each.
+Added in 4: rows tied on the gold's ORDER BY keys (hidden key columns included) match in any order, and
+where its LIMIT cuts a tie any choice of the tied rows is accepted (ties.py); a summary row (a total of the
+rows it covers) may be added or left out (summary.py); summation noise below 1e-9 is no difference; a rate
+may be written as a fraction or a percentage.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 import sqlglot
-from sqlglot import exp
+
+from evalpkg.sql.order import order_targets
 
 COMPARATOR_VERSION = 4
 MAX_ASSIGNMENT_CHECKS = 1000  # only columns with equal values in different rows make the search branch
@@ -544,26 +549,16 @@ def _find_assignment(
 
 
 def order_key_columns(gold_sql: str, columns: list[str]) -> list[int] | None:
-    """Output positions the gold's final ORDER BY sorts on (None: cannot tell)."""
+    """Output positions the gold's final ORDER BY sorts on (None: cannot tell, or it sorts on something
+    no output is); read by ties.order_targets, as the tie rules read it."""
     try:
         tree = sqlglot.parse_one(gold_sql, dialect="postgres")
     except sqlglot.errors.SqlglotError:
         return None
-    order = tree.args.get("order")
-    if order is None:
+    if tree.args.get("order") is None:
         return None
-    select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
-    names = [e.alias_or_name.lower() for e in select.expressions] if select else [c.lower() for c in columns]
-    keys = []
-    for o in order.expressions:
-        target = o.this
-        if isinstance(target, exp.Literal) and target.is_int:
-            keys.append(int(target.this) - 1)
-        elif target.alias_or_name.lower() in names:
-            keys.append(names.index(target.alias_or_name.lower()))
-        else:
-            return None
-    return keys
+    targets = order_targets(tree, [c.lower() for c in columns])
+    return None if None in targets else [t for t in targets if t is not None]
 
 
 def _columns(rows: Sequence[Row]) -> list[_Column]:

@@ -179,10 +179,6 @@ def _numeric_columns(columns: list[tuple[Any, ...]]) -> list[int]:
     return [i for i, column in enumerate(columns) if _numeric(column)]
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float | decimal.Decimal) and not isinstance(value, bool)
-
-
 def _key_choices(columns: list[tuple[Any, ...]], label_col: int, value_col: int) -> list[list[int]]:
     """The columns that key a wide row: every other one, or, where some hold fractions (a share beside the
     count, per cell rather than per key), those without them."""

@@ -20,6 +20,7 @@ import sqlglot
 from sqlglot import exp
 
 from evalpkg.grading.comparator import tie_groups
+from evalpkg.sql.order import order_targets
 
 HIDDEN = "evalpkg_order_key_"
 _PERIOD = re.compile(r"(19|20)\d\d(-\d\d)?(-\d\d)?( |T|$)|(19|20)\d\d-?Q\d")
@@ -89,20 +90,16 @@ def keyed(sql: str, columns: list[str]) -> Keyed | None:
 
 
 def order_keys(tree: exp.Select, outputs: list[str], alias: str) -> tuple[list[int], list[exp.Expr]]:
-    """For each ORDER BY item, the result column it sorts on: an output (by position, or a bare output
-    name, which means the output column), else a hidden column appended after the outputs; and those
-    hidden columns, named `alias` + their number. `outputs`: the output names, lower case."""
+    """For each ORDER BY item, the result column it sorts on (order_targets), a hidden column appended
+    after the outputs where no output is it; and those hidden columns, named `alias` + their number."""
     keys: list[int] = []
     hidden: list[exp.Expr] = []
-    for item in tree.args["order"].expressions:
-        target = item.this
-        if isinstance(target, exp.Literal) and target.is_int:
-            keys.append(int(target.this) - 1)
-        elif isinstance(target, exp.Column) and not target.table and target.name.lower() in outputs:
-            keys.append(outputs.index(target.name.lower()))
+    for item, target in zip(tree.args["order"].expressions, order_targets(tree, outputs), strict=True):
+        if target is not None:
+            keys.append(target)
         else:
             keys.append(len(outputs) + len(hidden))
-            hidden.append(exp.alias_(target.copy(), f"{alias}{len(hidden)}"))
+            hidden.append(exp.alias_(item.this.copy(), f"{alias}{len(hidden)}"))
     return keys, hidden
 
 

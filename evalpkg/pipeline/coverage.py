@@ -38,7 +38,7 @@ def _cell(rows: list[list[Any]] | None, row: int | None, col: int | None) -> Any
         return None
 
 
-def _normalized(text: str) -> str:
+def compact_text(text: str) -> str:
     """NFKC, case-folded, without whitespace: full-width and spacing differences do not decide a name."""
     return "".join(unicodedata.normalize("NFKC", text).casefold().split())
 
@@ -71,7 +71,7 @@ def answer_coverage(
             if name is None or not str(name).strip():
                 continue
             scored += 1
-            hit = _normalized(str(name)) in _normalized(answer)
+            hit = compact_text(str(name)) in compact_text(answer)
         elif p.kind == "number":
             if graded is not None and p.col not in graded:
                 continue

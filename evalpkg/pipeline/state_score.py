@@ -4,10 +4,10 @@ hidden slots, clarifying questions about slots the state already held, and how m
 
 from __future__ import annotations
 
-import unicodedata
 from dataclasses import dataclass
 
 from evalpkg.agent.trajectory import Trajectory
+from evalpkg.pipeline.coverage import compact_text
 from evalpkg.testset.models import HiddenSlot, Task
 
 
@@ -19,16 +19,12 @@ class StateScores:
     turns_to_complete_state: int | None = None  # None also when the state never became complete
 
 
-def _normalized(text: str) -> str:
-    return "".join(unicodedata.normalize("NFKC", text).casefold().split())
-
-
 def holds(value: str | None, hidden: HiddenSlot) -> bool:
     """The slot's value is the hidden one: its annotated value, or the clinician's words in either
     language (what an agent that copies the reply records), compared NFKC- and case-normalized."""
     if not value:
         return False
-    return _normalized(value) in {_normalized(hidden.value), *(_normalized(a) for a in hidden.answer.values())}
+    return compact_text(value) in {compact_text(hidden.value), *(compact_text(a) for a in hidden.answer.values())}
 
 
 def score_state(task: Task, traj: Trajectory) -> StateScores:

@@ -14,10 +14,9 @@ from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint
 from evalpkg.testset import release, traps, worlds
 from evalpkg.testset.annotate import ANNOTATIONS, AgreementFile, Decision, TaskAgreement, decisions
-from evalpkg.testset.gold import GoldRunner, agent_connection, snapshot_version
+from evalpkg.testset.gold import GoldRunner, agent_connection, gold_executor, snapshot_version
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Annotator, Review, Task
-from evalpkg.testset.validate import gold_executor
 
 
 @dataclass

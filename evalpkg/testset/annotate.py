@@ -26,10 +26,9 @@ from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.testset import release
 from evalpkg.testset.build import render
-from evalpkg.testset.gold import agent_connection, snapshot_version
+from evalpkg.testset.gold import agent_connection, gold_executor, snapshot_version
 from evalpkg.testset.models import Annotator, Complexity, Task
 from evalpkg.testset.params import Value, chosen, domains
-from evalpkg.testset.validate import gold_executor
 
 if TYPE_CHECKING:
     from evalpkg.grading.execution import GoldCache

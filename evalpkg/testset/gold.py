@@ -1,6 +1,8 @@
 """Running gold SQL the way an agent's query runs: the same parse guard, read-only role and transaction,
 limits and server-side cursor (`executor.run_on`); only the timeout is the gold's own, and no row cap
-truncates a gold, whose rows are compared whole."""
+truncates a gold, whose rows are compared whole. Two memoised forms, one per kind of caller: GoldRunner on
+one connection (the gold checks: rows as the driver returns them, columns, GoldError) and MemoExecutor on
+the pooled executor (trap mutations, premises, the scorer audit: rows as JSON values, QueryError)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ from typing import Any, Protocol
 import psycopg
 
 from evalpkg.db import connect
-from evalpkg.errors import DataError
+from evalpkg.errors import DataError, QueryError
 from evalpkg.settings import Settings
-from evalpkg.sql.executor import QueryFailed, run_on
+from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor, run_on
 from evalpkg.sql.guard import SqlRefused
 
 GOLD_TIMEOUT_MS = 10_000
@@ -92,3 +94,26 @@ def snapshot_version(conn: psycopg.Connection) -> str:
     with conn.transaction():
         row = conn.execute("select snapshot_version from meta.snapshot").fetchone()
     return str(row[0]) if row else ""
+
+
+def gold_executor(settings: Settings) -> MemoExecutor:
+    return MemoExecutor(settings.agent_url(), GOLD_TIMEOUT_MS)
+
+
+class MemoExecutor(ReadOnlyExecutor):
+    """The agents' read-only path, every row, each statement run once (golds are re-read per mutation)."""
+
+    def __init__(self, url: str, timeout_ms: int) -> None:
+        super().__init__(url, timeout_ms=timeout_ms, row_cap=None)
+        self._memo: dict[str, QueryResult | QueryError] = {}
+
+    def run(self, sql: str, *, checked: bool = False) -> QueryResult:
+        if sql not in self._memo:
+            try:
+                self._memo[sql] = super().run(sql, checked=checked)
+            except QueryError as exc:
+                self._memo[sql] = exc
+        got = self._memo[sql]
+        if isinstance(got, Exception):
+            raise got
+        return got

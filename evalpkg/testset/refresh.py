@@ -23,7 +23,7 @@ from evalpkg.sql import fingerprint, guard
 from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset import release, ticket_task, traps
 from evalpkg.testset.annotate import Annotation, measure_tasks
-from evalpkg.testset.gold import GoldError, GoldRunner, agent_connection
+from evalpkg.testset.gold import GoldError, GoldRunner, agent_connection, gold_executor
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Task
 from evalpkg.testset.refresh_release import recover_release, release_approved, release_queue
@@ -37,7 +37,6 @@ from evalpkg.testset.review_queue import (
     queue_dir,
     save,
 )
-from evalpkg.testset.validate import gold_executor
 
 __all__ = ["Candidate", "Decision", "load_queue", "queue_dir", "recover_release", "release_approved", "release_queue"]
 MONTH_RE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")

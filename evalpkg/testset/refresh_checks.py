@@ -10,10 +10,9 @@ import json
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.testset import premises, traps, worlds
-from evalpkg.testset.gold import GoldRunner, agent_connection
+from evalpkg.testset.gold import GoldRunner, agent_connection, gold_executor
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Task
-from evalpkg.testset.validate import gold_executor
 
 
 def candidate_problems(

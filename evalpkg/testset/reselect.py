@@ -23,10 +23,9 @@ from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.testset import premises, release, traps, worlds
 from evalpkg.testset.build import check_gold, instantiate, load_templates
-from evalpkg.testset.gold import GoldRunner, agent_connection, snapshot_version
+from evalpkg.testset.gold import GoldRunner, agent_connection, gold_executor, snapshot_version
 from evalpkg.testset.models import TASK_FORMAT_VERSION
 from evalpkg.testset.params import chosen, domains
-from evalpkg.testset.validate import gold_executor
 
 if TYPE_CHECKING:
     from evalpkg.sql.executor import QueryResult

@@ -6,14 +6,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from evalpkg.errors import DataError, QueryError
+from evalpkg.errors import DataError
 from evalpkg.expectations import ValidationReport, load_suite, validate_frames
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint
-from evalpkg.sql.executor import QueryResult, ReadOnlyExecutor
 from evalpkg.testset import premises, release, traps, worlds
-from evalpkg.testset.gold import GOLD_TIMEOUT_MS, GoldRunner, agent_connection, snapshot_version
+from evalpkg.testset.gold import GoldRunner, agent_connection, gold_executor, snapshot_version
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Difficulty, Task, TaskType
 
@@ -139,29 +138,6 @@ def discrimination(settings: Settings, tasks: list[Task]) -> tuple[str, list[tra
         return snapshot, traps.measure(tasks, executor), premises.check(tasks, executor.run)
     finally:
         executor.close()
-
-
-def gold_executor(settings: Settings) -> MemoExecutor:
-    return MemoExecutor(settings.agent_url(), GOLD_TIMEOUT_MS)
-
-
-class MemoExecutor(ReadOnlyExecutor):
-    """The agents' read-only path, every row, each statement run once (golds are re-read per mutation)."""
-
-    def __init__(self, url: str, timeout_ms: int) -> None:
-        super().__init__(url, timeout_ms=timeout_ms, row_cap=None)
-        self._memo: dict[str, QueryResult | QueryError] = {}
-
-    def run(self, sql: str, *, checked: bool = False) -> QueryResult:
-        if sql not in self._memo:
-            try:
-                self._memo[sql] = super().run(sql, checked=checked)
-            except QueryError as exc:
-                self._memo[sql] = exc
-        got = self._memo[sql]
-        if isinstance(got, Exception):
-            raise got
-        return got
 
 
 def validate_or_raise(settings: Settings, version: str | None = None, **kw: object) -> TestsetReport:

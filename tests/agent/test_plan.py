@@ -4,6 +4,8 @@ and every answerable task's gold plan graded against its gold on the snapshot.""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +16,8 @@ from evalpkg.agent.schema import Catalog, Column
 from evalpkg.settings import PROJECT_ROOT, Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release
+from evalpkg.testset.gold import gold_executor
 from evalpkg.testset.models import TaskType
-from evalpkg.testset.validate import gold_executor
 
 TABLES = {
     "t_zy_visit": ["visit_id", "patient_id", "visit_type", "ksdm", "ryrq", "cyrq", "ghrq", "zyts"],
@@ -343,3 +345,21 @@ def test_every_gold_plan_returns_its_gold(synced: SyncReport, generated: Setting
     assert [f"{c.task.id}: {c.reason}" for c in checks if not c.ok] == []
     assert coverage(checks)["all"] == (len(checks), sum(1 for t in tasks if t.gold_sql))
     assert {t.value for t in TaskType} <= set(coverage(checks))
+
+
+def test_every_expression_form_and_step_is_in_each_text_the_model_reads() -> None:
+    """The compiler's table of forms (FORMS) and steps (Action) is the one vocabulary: the plan model's
+    docstring, the submit_plan tool's schema text and the prompt each name every one of them."""
+    import typing
+
+    from evalpkg.agent.plan import model
+    from evalpkg.agent.plan.expressions import FORMS
+    from evalpkg.agent.plan_tools import PlanToolkit
+
+    prompt = (Path(model.__file__).parents[1] / "prompts" / "plan_v1.md").read_text(encoding="utf-8")
+    texts = {"plan model": model.__doc__ or "", "submit_plan": PlanToolkit.submit_plan.__doc__ or "", "prompt": prompt}
+    for where, text in texts.items():
+        words = set(re.findall(r"[a-z_]+", text))
+        assert not [f for f in FORMS if f not in words], (where, [f for f in FORMS if f not in words])
+    steps = typing.get_args(model.Action)
+    assert not [s for s in steps if s not in prompt], [s for s in steps if s not in prompt]

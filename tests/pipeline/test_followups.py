@@ -23,10 +23,10 @@ from evalpkg.settings import Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release
 from evalpkg.testset.build import fill, load_templates
-from evalpkg.testset.gold import agent_connection, snapshot_version
+from evalpkg.testset.gold import agent_connection, gold_executor, snapshot_version
 from evalpkg.testset.models import Complexity, Language, Task, TaskType
 from evalpkg.testset.params import domains
-from evalpkg.testset.validate import gold_executor, structural_problems
+from evalpkg.testset.validate import structural_problems
 from tests.pipeline.helpers import imperfections, run_agent
 
 TEMPLATES = "templates/v7_followups.json"

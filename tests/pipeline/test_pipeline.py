@@ -31,10 +31,9 @@ from evalpkg.settings import Settings
 from evalpkg.sql.executor import Fetched, run_on
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release, worlds
-from evalpkg.testset.gold import GOLD_TIMEOUT_MS, agent_connection
+from evalpkg.testset.gold import GOLD_TIMEOUT_MS, agent_connection, gold_executor
 from evalpkg.testset.models import Complexity, Language
 from evalpkg.testset.traps import perturb_sql
-from evalpkg.testset.validate import gold_executor
 from tests.pipeline.helpers import imperfections, run_agent
 from tests.pipeline.report_helpers import chunks, instance_table
 

@@ -10,8 +10,8 @@ from evalpkg.grading import execution
 from evalpkg.settings import PROJECT_ROOT, Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import audit, release
+from evalpkg.testset.gold import gold_executor
 from evalpkg.testset.models import Task
-from evalpkg.testset.validate import gold_executor
 from tests.testset.test_models_and_fingerprints import task_dict
 
 COMMITTED = PROJECT_ROOT / "tasks"

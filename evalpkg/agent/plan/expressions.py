@@ -25,8 +25,9 @@ FUNCTIONS: dict[str, tuple[int, int]] = {  # name -> (fewest, most) arguments
 }  # fmt: skip
 INFIX = {"add": "+", "sub": "-", "mul": "*"}
 AGGREGATES = {"count", "count_distinct", "sum", "avg", "min", "max", "median", "percentile"}
-COMPARISONS = {"=", "<>", "!=", "<", "<=", ">", ">=", "like", "not_like", "in", "not_in", "between"}
-COMPARISONS |= {"is_null", "not_null"}
+# Each comparison that has a negated form, and that form: the one list the compiler and the SQL translator use.
+NEGATED = {"in": "not_in", "like": "not_like", "is_null": "not_null"}
+COMPARISONS = {"=", "<>", "!=", "<", "<=", ">", ">=", "between", *NEGATED, *NEGATED.values()}
 UNITS = {"day", "week", "month", "quarter", "year"}
 PARTS = {"year", "quarter", "month", "day", "dow", "hour", "epoch"}
 CASTS = {"int": "int", "integer": "int", "bigint": "bigint", "numeric": "numeric", "float": "float8"}

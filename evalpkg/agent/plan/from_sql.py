@@ -8,6 +8,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from evalpkg.agent.plan.expressions import NEGATED
 from evalpkg.agent.plan.model import Plan, PlanStep
 from evalpkg.errors import PlanError
 
@@ -213,9 +214,6 @@ def _expr(node: exp.Expr) -> dict[str, Any]:
     if isinstance(node, exp.Between):
         return {"cmp": "between", "args": [_expr(node.this), _expr(node.args["low"]), _expr(node.args["high"])]}
     return _function(node)
-
-
-NEGATED = {"in": "not_in", "like": "not_like", "is_null": "not_null"}
 
 
 def _negated(node: exp.Expr, e: dict[str, Any], *, flip: bool = False) -> dict[str, Any]:
