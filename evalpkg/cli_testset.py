@@ -273,6 +273,57 @@ def audit_scorer(
         raise typer.Exit(1)
 
 
+@app.command("study-draw")
+def study_draw(
+    seed: Annotated[int, typer.Option(help="the draw's seed, recorded with the sample")],
+    size: Annotated[int, typer.Option(min=1, help="tasks, one per template")] = 40,
+    version: Annotated[str | None, typer.Option(help="the release; default: latest")] = None,
+) -> None:
+    """Draw a blind-reader sample: tasks/study/<version>-seed<N>/packet.json (questions only, for readers)
+    and key.json (which task each is; kept from readers)."""
+    from evalpkg.testset import release
+    from evalpkg.testset.study import draw, write_sample
+
+    settings = get_settings()
+    rel = release.load(settings.tasks_dir, version)
+    packet, key = draw(rel.tasks, rel.version, size, seed)
+    folder = settings.tasks_dir / "study" / f"{rel.version}-seed{seed}"
+    write_sample(folder, packet, key)
+    followups = sum(len(t.followups) for t in packet.tasks)
+    typer.echo(f"{folder}: {len(packet.tasks)} tasks ({followups} follow-up questions); give readers packet.json only")
+
+
+@app.command("study-measure")
+def study_measure(
+    sample: Annotated[str, typer.Argument(help="the sample's folder (tasks/study/<version>-seed<N>)")],
+    answers: Annotated[list[str], typer.Option("--answers", help="a reader's answers (JSON); repeat per reader")],
+    reference_worlds: Annotated[bool, typer.Option(help="measure in every reference world too")] = True,
+) -> None:
+    """Each reader's SQL against the gold, on the snapshot and in every reference world; lists each
+    disagreement with its verdict from verdicts.json (judged by a maintainer) and the FN and FP per reader."""
+    from pathlib import Path
+
+    from evalpkg.testset import worlds
+    from evalpkg.testset.study import measure, save_results, verdict_counts
+
+    folder = Path(sample)
+    reference = worlds.WORLDS if reference_worlds else ()
+    results = measure(get_settings(), folder, [Path(a) for a in answers], reference, progress=to_stderr)
+    save_results(folder, results)
+    counts = verdict_counts(folder, results)
+    for r in results:
+        agree = len(r.agreement) - len(r.disagreements())
+        c = counts[r.reader]
+        typer.echo(
+            f"{r.reader}: agrees with the gold on {agree}/{len(r.agreement)} tasks in all {len(r.worlds)} worlds; "
+            f"scorer FN {c['scorer_fn']}, FP {c['scorer_fp']}; "
+            + ", ".join(f"{v} {n}" for v, n in sorted(c.items()) if v not in ("scorer_fn", "scorer_fp"))
+        )
+        for ref in r.disagreements():
+            where = [w for w, a in zip(r.worlds, r.agreement[ref], strict=True) if a < 1.0]
+            typer.echo(f"  {ref}: disagrees in {len(where)}/{len(r.worlds)} ({where[0]}): {r.details[ref][0][:160]}")
+
+
 @app.command("audit-leaks")
 def audit_leaks() -> None:
     """Search every table the agents' role can read for an answer key: a text that is the gold of a task of

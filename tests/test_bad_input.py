@@ -227,6 +227,11 @@ CASES = [
     bad("sync-flag-takes-no-value", "sync --full-refresh yes", 2, "unexpected extra argument"),
     # testset build
     bad("build-releases-exist", "testset build", 1, "releases exist already"),
+    bad("audit-leaks-unreachable-server", "testset audit-leaks", 1, "cannot connect", env=DOWN),
+    bad("study-draw-sample-too-large", "testset study-draw --seed 1 --size 999", 1,
+        "templates with an answerable task, fewer than 999"),
+    bad("study-measure-no-sample", "testset study-measure /no/such/sample --answers a.json --no-reference-worlds", 1,
+        "/no/such/sample/key.json: No such file or directory"),
     bad("build-seed-not-a-number", "testset build --seed x", 2, "'--seed'"),
     bad("build-unreachable-server", "testset build", 1, "cannot connect", env=DOWN, tasks=remove("v1")),
     # testset validate: the release on disk

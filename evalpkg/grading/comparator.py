@@ -1,19 +1,22 @@
 """Execution match (SPEC §9): "correct" means what a careful human grader accepts, and nothing more lenient.
 
-Rules of COMPARATOR_VERSION 4: every gold column needs its own prediction column (extra columns, column
+Rules of COMPARATOR_VERSION 5: every gold column needs its own prediction column (extra columns, column
 order and names don't matter; found by assignment, identical columns interchangeable); rows are bags, in the
 gold's ORDER BY order only where order matters (ties on the keys in any order); integers exact; fractional
 numbers within the task's relative tolerance, rows paired by a proper matching, and a gold written to more
 decimals than a prediction with at least one is rounded to the prediction's (the question rarely says how
-to round) where its largest value keeps two significant figures and no value becomes 0 (12.3 for 12.34,
-not 0.1 for 0.12; a gold ending in 5 may round either way); one month as 1..12 (when the
+to round) where that moves no value by more than 5% of itself (12.3 for 12.34, 0.7 for 0.71, not 0.1 for
+0.12 or 0.0 for 0.04; a gold ending in 5 may round either way); a gold column of fractions (a rate, a mean)
+is never stood for by whole numbers (a count); one month as 1..12 (when the
 other side's labels lie in one year), 'YYYY-MM', a date or midnight on the 1st; booleans = 't'/'f'/'true'/
 'false'; text trimmed and NFKC-normalised; NULL equals only NULL; empty matches only empty; a failed or
 truncated result never matches. Several golds (layout alternatives): the caller tries each.
 Added in 4: rows tied on the gold's ORDER BY keys (hidden key columns included) match in any order, and
 where its LIMIT cuts a tie any choice of the tied rows is accepted (ties.py); a summary row (a total of the
 rows it covers) may be added or left out (summary.py); summation noise below 1e-9 is no difference; a rate
-may be written as a fraction or a percentage.
+may be written as a fraction or a percentage. Changed in 5: the coarser-precision rule reads by how far
+rounding moves each value (it was: the largest keeps two significant figures); whole numbers never stand
+for a column of fractions, however close within the task's tolerance.
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ import sqlglot
 
 from evalpkg.sql.order import order_targets
 
-COMPARATOR_VERSION = 4
+COMPARATOR_VERSION = 5
 MAX_ASSIGNMENT_CHECKS = 1000  # only columns with equal values in different rows make the search branch
 MAX_DECIMALS = 10  # a number written with more decimals was not rounded
+MAX_ROUNDING = 0.05  # a gold is read at a coarser prediction's decimals when that moves no value more than this
 UNROUNDED = MAX_DECIMALS + 1
 NOISE = 1e-9  # absolute: what float summation leaves where the exact value is an integer
 Row = Sequence[Any]
@@ -282,6 +286,11 @@ class _Column:
         return _Column(tokens, "float", numbers, has_markers=self.has_markers)
 
     @cached_property
+    def fractional(self) -> bool:
+        """Some value shows at two decimals: a fraction, not float imprecision around a whole number."""
+        return self.numbers is not None and bool((np.abs(self.numbers - np.rint(self.numbers)) >= 0.005).any())
+
+    @cached_property
     def bag(self) -> dict[Any, int]:
         return dict(Counter(self.tokens))
 
@@ -325,15 +334,19 @@ def _view(g: _Column, p: _Column) -> tuple[_Column, _Column]:
 
 
 def _at_coarser_precision(g: _Column, p: _Column) -> tuple[_Column, _Column]:
-    """A gold finer than a prediction with decimals, rounded to those where its largest value keeps two
-    significant figures and no other rounds away to 0 (a grader takes 12.3 for 12.34 and 0.8% for 0.79%
-    beside 6.54%, but not 0.1 for 0.12 or 0.0% for 0.04%). A prediction finer than the gold is left to the
-    task's tolerance: a float gold does not say whether it was rounded."""
+    """A gold finer than a prediction with decimals, rounded to those where the rounding moves no value by
+    more than MAX_ROUNDING of itself (a grader takes 12.3 for 12.34, 0.8% for 0.79% and 0.7% for 0.71%, but
+    not 0.1 for 0.12 or 0.0% for 0.04%). A prediction finer than the gold is left to the task's tolerance:
+    a float gold does not say whether it was rounded."""
     assert g.numbers is not None
     d = p.decimals
-    units = np.abs(g.numbers) * 10.0**d
-    if 1 <= d < g.decimals and units.max() >= 10 and ((units == 0) | (units >= 0.5)).all():
-        return g.rounded(d, like=p), p
+    if not 1 <= d < g.decimals:
+        return g, p
+    rounded = g.rounded(d, like=p)
+    assert rounded.numbers is not None
+    moved = np.abs(rounded.numbers - g.numbers)
+    if (moved <= MAX_ROUNDING * np.abs(g.numbers)).all():
+        return rounded, p
     return g, p
 
 
@@ -353,9 +366,20 @@ def _abs_tol(rel_tol: float) -> float:
     return rel_tol * 1e-3 if rel_tol else 1e-12  # near zero a relative tolerance means nothing
 
 
+def _same_kind(g: _Column, p: _Column) -> bool:
+    """A gold column that holds fractions (a rate, a mean: a value that shows at two decimals) is never
+    stood for by a column of whole numbers (a count): 71 patients is not 71.11%, however close. A rate
+    given in the other scale (whole percentages of a fraction) is compared in the gold's."""
+    if g.rate and g.numbers is not None and p.numbers is not None:
+        p = p.as_rate_of(g)
+    return not (p.kind == "int" and g.fractional)
+
+
 def _plausible(g: _Column, p: _Column, rel_tol: float) -> bool:
     """Cheap necessary condition for _compatible: numbers against numbers with the same smallest and largest
-    values, text against text of the same total length."""
+    values, text against text of the same total length, a fraction never against whole numbers."""
+    if not _same_kind(g, p):
+        return False
     g, p = _view(g, p)
     if (g.kind == "other") != (p.kind == "other"):
         return False
@@ -366,6 +390,8 @@ def _plausible(g: _Column, p: _Column, rel_tol: float) -> bool:
 
 def _compatible(g: _Column, p: _Column, rel_tol: float) -> bool:
     """The same bag of values (with tolerance, sorted pairing is a proper matching in one dimension)."""
+    if not _same_kind(g, p):
+        return False
     g, p = _view(g, p)
     numbers = _tolerant(g, p)
     if numbers is None:

@@ -111,6 +111,10 @@ BIG = 2**60
         ([[D("0.1")], [D("0.5")], [D("1.0")]], [[D("0.12")], [D("0.5")], [D("0.95")]], 1e-6, False, "nor 0.95"),
         ([[D("0.8")], [D("6.5")]], [[D("0.79")], [D("6.54")]], 1e-6, True, "0.8% for 0.79% beside 6.54%"),
         ([[D("0.0")], [D("45.7")]], [[D("0.04")], [D("45.65")]], 1e-6, False, "nor is 0.0 for 0.04"),
+        ([[D("0.7")]], [[D("0.71")]], 1e-6, True, "0.7% for 0.71%: a small percentage to one decimal"),
+        ([[71]], [[D("71.11")]], 0.01, False, "a count never stands for a percentage, within tolerance or not"),
+        ([[D("71.1")]], [[D("71.11")]], 0.01, True, "the percentage itself, coarser"),
+        ([[7]], [[D("7.0")]], 1e-6, True, "a whole number for a fractional column that holds whole values"),
         ([[D("12")]], [[D("12.34")]], 1e-6, False, "an integer for a fraction stays exact"),
         ([[D("12.3")], [D("45.7")]], [[D("12.35")], [D("45.65")]], 1e-6, True, "a gold on a half rounds either way"),
         ([[D("12.3")], [D("12.4")]], [[D("12.35")], [D("12.35")]], 1e-6, True, "each half on its own"),
@@ -265,7 +269,7 @@ def test_order_keys_by_position_and_unknown_expressions() -> None:
 
 
 def test_version_is_exported() -> None:
-    assert COMPARATOR_VERSION == 4
+    assert COMPARATOR_VERSION == 5
 
 
 @pytest.mark.parametrize(
