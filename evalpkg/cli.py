@@ -17,14 +17,16 @@ from evalpkg.errors import EvalpkgError, one_line, validation_message
 from evalpkg.progress import to_stderr
 from evalpkg.settings import EVAL_DB, PROD_DB, RESULTS_DB, get_settings
 
+# Plain help (rich_markup_mode=None): rich's option tables cut long option names at 80 columns.
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     help="EMR agent benchmark: services, production simulation, de-identifying sync.",
 )
-prod_app = typer.Typer(no_args_is_help=True, help="The simulated production HIS database.")
-deid_app = typer.Typer(no_args_is_help=True, help="The de-identification key.")
+prod_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The simulated production HIS database.")
+deid_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The de-identification key.")
 app.add_typer(prod_app, name="prod")
 app.add_typer(deid_app, name="deid")
 app.add_typer(testset_app, name="testset")

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from evalpkg.agent.plan.gold import GoldPlanCheck
     from evalpkg.testset.models import Task
 
-app = typer.Typer(no_args_is_help=True, help="The benchmark test set (tasks/<version>/).")
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The benchmark test set (tasks/<version>/).")
 
 
 @app.command()

@@ -91,3 +91,13 @@ def test_cli_params_and_runconfig_have_the_same_fields_and_defaults() -> None:
     assert set(params) == cli - {"api_key"}  # the key is never logged, so the form has no field for it
     assert {k: p["default"] for k, p in params.items()} == {k: defaults[k] for k in params}
     assert configured().model_dump(mode="json") == defaults
+
+
+def test_help_at_80_columns_names_every_option_in_full() -> None:
+    result = CliRunner().invoke(app, ["run", "--help"], terminal_width=80, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output
+    names = [option_name(name) for name in run_fields()]
+    missing = [n for n in names if n not in result.output]
+    assert not missing, missing
+    assert max(len(line) for line in result.output.splitlines()) <= 80
