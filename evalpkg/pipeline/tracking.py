@@ -49,6 +49,19 @@ SPAN_API_FLUSH_EVERY = 100
 SERVED_PARAMS = ("served_model", "model_path", "model_digest", "revision", "quantization", "server_version", "gpu")
 
 
+# What an Airflow task exports to its environment (AIRFLOW_CTX_*): from the MLflow run, the DAG run it
+# came from, without evalpkg importing Airflow.
+ORCHESTRATOR_TAGS = {
+    "AIRFLOW_CTX_DAG_ID": "airflow.dag_id",
+    "AIRFLOW_CTX_DAG_RUN_ID": "airflow.run_id",
+    "AIRFLOW_CTX_TASK_ID": "airflow.task_id",
+}
+
+
+def orchestrator_tags() -> dict[str, str]:
+    return {tag: os.environ[var] for var, tag in ORCHESTRATOR_TAGS.items() if os.environ.get(var)}
+
+
 def served_summary(served: dict[int, dict[str, str]]) -> dict[str, str]:
     """One value per identity field over the shards' workers ("a | b" when shards differ)."""
     values: dict[str, set[str]] = {}
@@ -199,7 +212,14 @@ class Tracker:
         summary = served_summary(config.served)
         params.update(_served_params(summary))
         mlflow.log_params(_loggable(client, self.reused, {k: str(v) for k, v in params.items()}))
-        mlflow.set_tags({**summary, COMPARATOR_TAG: str(COMPARATOR_VERSION), FINGERPRINT_TAG: config.fingerprint()})
+        mlflow.set_tags(
+            {
+                **summary,
+                **orchestrator_tags(),
+                COMPARATOR_TAG: str(COMPARATOR_VERSION),
+                FINGERPRINT_TAG: config.fingerprint(),
+            }
+        )
         mlflow.log_metrics(flat_metrics(table))
         with contextlib.redirect_stdout(sys.stderr):
             for shard, ids in sorted(shards.items()):

@@ -287,3 +287,17 @@ def test_ctrl_c_in_the_first_request_ends_the_parent_and_a_relog_completes_it(
     parent = _log(tracking_uri, "first-request")
     assert len(_traces(tracking_uri, parent)) == N
     assert mlflow.MlflowClient(tracking_uri).get_run(parent).info.status == "FINISHED"
+
+
+def test_a_run_made_by_an_airflow_task_is_tagged_with_its_dag_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evalpkg.pipeline.tracking import orchestrator_tags
+
+    for var in ("AIRFLOW_CTX_DAG_ID", "AIRFLOW_CTX_DAG_RUN_ID", "AIRFLOW_CTX_TASK_ID"):
+        monkeypatch.delenv(var, raising=False)
+    assert orchestrator_tags() == {}  # a run from the command line names no DAG
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "agent_eval")
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_RUN_ID", "manual__2026-12-03T10:00:00+00:00")
+    assert orchestrator_tags() == {
+        "airflow.dag_id": "agent_eval",
+        "airflow.run_id": "manual__2026-12-03T10:00:00+00:00",
+    }
