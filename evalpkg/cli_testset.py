@@ -320,8 +320,12 @@ def study_measure(
             + ", ".join(f"{v} {n}" for v, n in sorted(c.items()) if v not in ("scorer_fn", "scorer_fp"))
         )
         for ref in r.disagreements():
-            where = [w for w, a in zip(r.worlds, r.agreement[ref], strict=True) if a < 1.0]
-            typer.echo(f"  {ref}: disagrees in {len(where)}/{len(r.worlds)} ({where[0]}): {r.details[ref][0][:160]}")
+            where = [k for k, a in enumerate(r.agreement[ref]) if a < 1.0]
+            first = where[0]
+            typer.echo(
+                f"  {ref}: disagrees in {len(where)}/{len(r.worlds)} (first: {r.worlds[first]}): "
+                f"{r.details[ref][first][:160]}"
+            )
 
 
 @app.command("audit-leaks")

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from evalpkg.grading.labels import label_key
+from evalpkg.grading.periods import period_ids
 from evalpkg.grading.values import (
-    MONTH_LABEL,
-    MONTHS,
     UNROUNDED,
     Floats,
     Marker,
@@ -30,6 +30,7 @@ from evalpkg.grading.values import (
     without_noise,
 )
 
+PERIODS_IN_YEAR = {"month": 12, "quarter": 4}
 MAX_ROUNDING = 0.05  # a gold is read at a coarser prediction's decimals when that moves no value more than this
 
 
@@ -163,28 +164,46 @@ class Column:
         return [t if type(t) is Marker else None for t in self.tokens]
 
     @cached_property
-    def month_numbers(self) -> bool:
-        return self.kind != "other" and all(t in MONTHS for t in self.tokens)  # NULLs: left alone
+    def periods(self) -> tuple[str, str, list[str]] | None:
+        """(kind, year, each value's period id) where every value labels a period of one kind (a month, a
+        quarter) in one year, however written ('2024-Q1', 'Q1 2024', '2024年第一季度', 'Jan 2024', '2024-01'):
+        the ids of periods.period_ids; year '*' where no label names one (NULLs: none)."""
+        if self.kind != "other" or not self.tokens or not isinstance(self.tokens[0], str):
+            return None
+        ids = []
+        for t in self.tokens:
+            found = period_ids(label_key(t)) if isinstance(t, str) else set()
+            if len(found) != 1:
+                return None
+            ids.append(found.pop())
+        kinds = {i.partition(":")[0] for i in ids}
+        years = {i.partition(":")[2].partition("-")[0] for i in ids}
+        if len(kinds) != 1 or len(years) != 1:
+            return None
+        return kinds.pop(), years.pop(), ids
 
-    @cached_property
-    def label_year(self) -> str | None:
-        """The year, when every value is a 'YYYY-MM' label of that one year (NULLs: none)."""
-        years = {m[1] if isinstance(t, str) and (m := MONTH_LABEL.fullmatch(t)) else None for t in self.tokens}
-        return years.pop() if len(years) == 1 and None not in years else None
-
-    def as_labels(self, year: str) -> Column:
-        return Column([f"{year}-{int(t):02d}" for t in self.tokens], "other")
+    def numbered_periods(self, kind: str, year: str) -> Column | None:
+        """Numbers of periods within the year (months 1..12, quarters 1..4) as ids of `kind` in `year`."""
+        size = PERIODS_IN_YEAR[kind]
+        if self.kind == "other" or not all(t in range(1, size + 1) for t in self.tokens):  # 3.0 is 3
+            return None
+        numbers = [int(t) for t in self.tokens]
+        ids = [f"month:{year}-{n:02d}" if kind == "month" else f"quarter:{year}-Q{n}" for n in numbers]
+        return Column(ids, "other")
 
 
 def view(g: Column, p: Column) -> tuple[Column, Column]:
-    """The pair as compared: a rate in the gold's scale; month numbers become labels of the one year the
-    other side names; a fractional gold is read at a coarser prediction's decimals."""
+    """The pair as compared: a rate in the gold's scale; periods as their ids, however each side writes
+    them (a month or quarter number is the period of that number in the one year the other side's labels
+    name); a fractional gold is read at a coarser prediction's decimals."""
     if g.rate and g.numbers is not None and p.numbers is not None:
         p = p.as_rate_of(g)
-    if g.month_numbers and p.label_year:
-        return g.as_labels(p.label_year), p
-    if p.month_numbers and g.label_year:
-        return g, p.as_labels(g.label_year)
+    if (labelled := p.periods) and (numbered := g.numbered_periods(labelled[0], labelled[1])):
+        return numbered, Column(labelled[2], "other")
+    if (labelled := g.periods) and (numbered := p.numbered_periods(labelled[0], labelled[1])):
+        return Column(labelled[2], "other"), numbered
+    if g.periods and p.periods and g.periods[0] == p.periods[0]:
+        return Column(g.periods[2], "other"), Column(p.periods[2], "other")
     if g.kind == p.kind == "float" and g.decimals > p.decimals:
         return at_coarser_precision(g, p)
     return g, p

@@ -214,6 +214,23 @@ class Labels:
         return Targets(self, year, ids, [[label_key(n) for n in group] for group in groups])
 
 
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _held_words(own: str, keys: Sequence[str]) -> int:
+    """How many words the longest of these names has that the label holds: as one piece (contains), or,
+    for an English name of two words or more, word by word in any order with others between."""
+    words = set(_ASCII_WORD.findall(own))
+    best = 0
+    for key in keys:
+        if not findable(key):
+            continue
+        parts = _ASCII_WORD.findall(key) if key.isascii() else []
+        if contains(own, key) or (len(parts) > 1 and set(parts) <= words):
+            best = max(best, len(parts) or 1)
+    return best
+
+
 @dataclass(frozen=True)
 class Targets:
     labels: Labels
@@ -223,15 +240,22 @@ class Targets:
 
     def named(self, text: str) -> set[int]:
         """The targets a label names: those it means exactly (a shared id) where there are any, else those
-        whose names contain one of its aliases, or whose name it contains ('male patients' names 'male')."""
+        whose names contain one of its aliases, or whose name it contains ('male patients' names 'male'),
+        or the words of whose name it holds ('1 valid HbA1c result' names 'valid result'). Where the label
+        holds the names of several, the most specific (the name of most words) is the one it names: '2
+        tested, no valid result' names 'tested no result', not 'valid result'."""
         ids = self.labels.ids(text, self.year)
         exact = {j for j, target in enumerate(self.ids) if not ids.isdisjoint(target)}
         if exact:
             return exact
         own = label_key(text)
-        return self.containing(text, ids) | {
-            j for j, keys in enumerate(self.keys) if any(findable(k) and contains(own, k) for k in keys)
-        }
+        by_alias = self.containing(text, ids)
+        held = {j: n for j, keys in enumerate(self.keys) if (n := _held_words(own, keys))}
+        if not held:
+            return by_alias
+        most = max(held.values())
+        specific = {j for j, n in held.items() if n == most}
+        return specific if most > 1 or not by_alias else by_alias | specific
 
     def containing(self, text: str, ids: frozenset[str] | None = None) -> set[int]:
         """The targets whose names contain one of the label's aliases ('MZ' is in '上月门诊人次')."""

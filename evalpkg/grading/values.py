@@ -38,9 +38,7 @@ class Marker:
 NULL, FALSE, TRUE, NAN, NEG_INF, POS_INF = map(Marker, ("NULL", "false", "true", "NaN", "-inf", "inf"))
 BOOL_WORDS = {"t": TRUE, "true": TRUE, "f": FALSE, "false": FALSE}
 FIRST_OF_MONTH = re.compile(r"(\d{4})-(0[1-9]|1[0-2])-01(?:[ T]00:00(?::00(?:\.0+)?)?(?:Z|[+-]\d\d(?::?\d\d)?)?)?")
-MONTH_LABEL = re.compile(r"(\d{4})-\d\d")
 SPACE = re.compile(r"\s")
-MONTHS = set(range(1, 13))
 nfkc = partial(unicodedata.normalize, "NFKC")
 
 

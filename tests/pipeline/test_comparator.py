@@ -139,6 +139,13 @@ MONTHS_2024 = [["2024-01", 5], ["2024-02", 7], ["2024-03", 9]]
         (MONTHS_2024, [[1, 5], [2, 7], [3, 9]], True, "labels of one year meet a gold of month numbers"),
         ([[12, 5], [1, 7]], [["2023-12", 5], ["2024-01", 7]], False, "month numbers cannot name months of two years"),
         ([["2024-12", 5], ["2025-01", 7]], [[12, 5], [1, 7]], False, "labels of two years do not meet month numbers"),
+        ([["2020-Q1", 85], ["2020-Q2", 85], ["2020-Q3", 101]], [[1, 85], [2, 85], [3, 101]], True, "quarter labels"),
+        ([["Q1", 85], ["Q2", 85]], [[1, 85], [2, 85]], True, "quarters without their year"),
+        ([["2020年第一季度", 85], ["2020年第二季度", 85]], [[1, 85], [2, 85]], True, "quarters in Chinese"),
+        ([["2020-Q1", 85], ["2020-Q2", 86]], [[1, 85], [2, 85]], False, "a quarter's number still counts"),
+        ([["2020-Q1", 85], ["2021-Q2", 85]], [[1, 85], [2, 85]], False, "quarters of two years are not numbers"),
+        ([["Jan 2024", 5], ["Feb 2024", 7], ["Mar 2024", 9]], MONTHS_2024, True, "months spelt another way"),
+        ([["Q1", 5], ["Q2", 7], ["Q3", 9]], MONTHS_2024, False, "quarters are not months"),
         ([[dt.date(2024, m, 1), v] for m, v in ((1, 5), (2, 7), (3, 9))], MONTHS_2024, True, "a date on the 1st"),
         ([[f"2024-0{m}-01", v] for m, v in ((1, 5), (2, 7), (3, 9))], MONTHS_2024, True, "the executor's date text"),
         (

@@ -127,6 +127,22 @@ def test_long_prediction_of_a_wide_gold(pred: Rows, expected: bool, why: str) ->
             False,
             "labels that name no gold column do not match by values alone",
         ),
+        (
+            [["1 valid HbA1c result", 39], ["2 tested, no valid result", 0], ["3 not tested", 22], ["4 total", 61]],
+            [[39, 0, 22]],
+            ["valid_result", "tested_no_result", "not_tested"],
+            [["valid_result", "patients with a valid HbA1c result"], ["tested_no_result"], ["not_tested"]],
+            True,
+            "descriptive labels name the outputs whose words they hold, the most specific first",
+        ),
+        (
+            [["1 valid HbA1c result", 0], ["2 tested, no valid result", 39], ["3 not tested", 22]],
+            [[39, 0, 22]],
+            ["valid_result", "tested_no_result", "not_tested"],
+            [["valid_result"], ["tested_no_result"], ["not_tested"]],
+            False,
+            "the same labels with two numbers swapped",
+        ),
     ],
 )
 def test_coded_labels(
