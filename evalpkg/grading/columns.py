@@ -164,10 +164,11 @@ class Column:
         return [t if type(t) is Marker else None for t in self.tokens]
 
     @cached_property
-    def periods(self) -> tuple[str, str, list[str]] | None:
+    def periods(self) -> tuple[str, str | None, list[str]] | None:
         """(kind, year, each value's period id) where every value labels a period of one kind (a month, a
-        quarter) in one year, however written ('2024-Q1', 'Q1 2024', '2024年第一季度', 'Jan 2024', '2024-01'):
-        the ids of periods.period_ids; year '*' where no label names one (NULLs: none)."""
+        quarter), however written ('2024-Q1', 'Q1 2024', '2024年第一季度', 'Jan 2024', '2024-01'): the ids of
+        periods.period_ids; year: the one year they lie in ('*' where no label names one), None where they
+        span several (NULLs: none)."""
         if self.kind != "other" or not self.tokens or not isinstance(self.tokens[0], str):
             return None
         ids = []
@@ -178,9 +179,9 @@ class Column:
             ids.append(found.pop())
         kinds = {i.partition(":")[0] for i in ids}
         years = {i.partition(":")[2].partition("-")[0] for i in ids}
-        if len(kinds) != 1 or len(years) != 1:
+        if len(kinds) != 1 or (len(years) > 1 and "*" in years):
             return None
-        return kinds.pop(), years.pop(), ids
+        return kinds.pop(), years.pop() if len(years) == 1 else None, ids
 
     def numbered_periods(self, kind: str, year: str) -> Column | None:
         """Numbers of periods within the year (months 1..12, quarters 1..4) as ids of `kind` in `year`."""
@@ -198,9 +199,9 @@ def view(g: Column, p: Column) -> tuple[Column, Column]:
     name); a fractional gold is read at a coarser prediction's decimals."""
     if g.rate and g.numbers is not None and p.numbers is not None:
         p = p.as_rate_of(g)
-    if (labelled := p.periods) and (numbered := g.numbered_periods(labelled[0], labelled[1])):
+    if (labelled := p.periods) and labelled[1] and (numbered := g.numbered_periods(labelled[0], labelled[1])):
         return numbered, Column(labelled[2], "other")
-    if (labelled := g.periods) and (numbered := p.numbered_periods(labelled[0], labelled[1])):
+    if (labelled := g.periods) and labelled[1] and (numbered := p.numbered_periods(labelled[0], labelled[1])):
         return Column(labelled[2], "other"), numbered
     if g.periods and p.periods and g.periods[0] == p.periods[0]:
         return Column(g.periods[2], "other"), Column(p.periods[2], "other")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from evalpkg.grading.labels import Labels, contains, findable, label_key, label_text, relative_words
+from evalpkg.grading.labels import Labels, contains, findable, kind_words, label_key, label_text, relative_words
 from evalpkg.grading.periods import one_year, period_ids
 from evalpkg.grading.summary import is_total_label, without_summary_rows
 from evalpkg.sql.vocabulary import RATE, is_rate_header
@@ -65,7 +65,12 @@ def _label_targets(texts: list[str], keys: list[list[str]], labels: Labels) -> d
     relative = _relative_labels(texts, year)
     named: dict[str, set[int]] = {}
     for text in texts:
-        found = targets.containing(text) or _speaking_of(relative.get(text), keys)
+        found = (
+            targets.containing(text)
+            or _speaking_of(relative.get(text), keys)
+            or _by_telling_word(text, keys)
+            or _by_kind(text, keys, labels, year)
+        )
         if found:
             named[text] = found
         elif not is_total_label(text):
@@ -74,11 +79,11 @@ def _label_targets(texts: list[str], keys: list[list[str]], labels: Labels) -> d
 
 
 def _relative_labels(texts: list[str], year: str | None) -> dict[str, str]:
-    """Label -> 'prev' or 'this': a word for the previous or current period, or, where the labels other
-    than totals are two consecutive periods, the earlier one and the later one."""
+    """Label -> 'prev' or 'this': a word for the previous or current period, or, where two of the labels
+    are periods and consecutive, the earlier one and the later one."""
     words = relative_words()
     found = {text: name for text in texts for name, group in words.items() if label_key(text) in group}
-    periods = [text for text in texts if not is_total_label(text)]
+    periods = [text for text in texts if _period_index(text, year) is not None]
     if len(periods) == 2:
         first, second = (_period_index(text, year) for text in periods)
         if first is not None and second is not None and abs(first - second) == 1:
@@ -99,6 +104,25 @@ def _period_index(text: str, year: str | None) -> int | None:
     if kind == "month":
         return 12 * int(y) + int(part) - 1
     return 10**6 + 4 * int(y) + int(part[1:]) - 1  # a quarter is never next to a month
+
+
+def _by_telling_word(text: str, keys: list[list[str]]) -> set[int]:
+    """The gold columns whose name holds a word of the label that tells columns apart ('Hospital-wide' and
+    hospital_prev, hospital_this beside dept_prev, dept_this): one some, not all, column names hold."""
+    names = [set(group[0].split()) if group else set() for group in keys]
+    telling = {w for w in set().union(*names) if 0 < sum(w in n for n in names) < len(names)}
+    words = set(label_key(text).split()) & telling
+    return {j for j, n in enumerate(names) if n & words}
+
+
+def _by_kind(text: str, keys: list[list[str]], labels: Labels, year: str | None) -> set[int]:
+    """Where the label is one dictionary entry (a department: 'Cardiology'), the gold columns whose name says
+    that kind of entry ('dept_prev': the department's, as the question names it)."""
+    kinds = {i.partition(":")[0] for i in labels.ids(text, year)} & set(kind_words())
+    if len(kinds) != 1:
+        return set()
+    words = kind_words()[kinds.pop()]
+    return {j for j, group in enumerate(keys) if group and set(group[0].split()) & set(words)}
 
 
 def _speaking_of(relative: str | None, keys: list[list[str]]) -> set[int]:
@@ -128,6 +152,8 @@ def _cells(named: dict[str, set[int]], headers: list[str], keys: list[list[str]]
     if len(terms) > 1:  # words every header has say nothing of which one is which
         common = set.intersection(*terms)
         terms = [t - common for t in terms]
+    relative = _relative_labels(headers, None)  # two consecutive periods as headers: 'nov_2024', 'dec_2024'
+    terms = [t | ({_RELATIVE + relative[h]} if h in relative else set()) for t, h in zip(terms, headers, strict=True)]
     rates = [is_rate_header(label_key(h)) for h in headers]
     is_rate = [any(RATE.search(k) for k in group) for group in keys]
     everything = set().union(*named.values())

@@ -111,6 +111,13 @@ def _other_names() -> dict[str, list[str]]:
 
 
 @cache
+def kind_words() -> dict[str, tuple[str, ...]]:
+    """Dictionary id prefix ('dept') -> the label keys an output's name uses for the entry asked about."""
+    groups: dict[str, list[str]] = _words()["_kinds"]
+    return {kind: tuple(map(label_key, words)) for kind, words in groups.items()}
+
+
+@cache
 def relative_words() -> dict[str, tuple[str, ...]]:
     """'prev' and 'this' -> the label keys that say the previous or the current period (上月, last month)."""
     groups: dict[str, list[str]] = _words()["_relative"]

@@ -18,6 +18,7 @@ from typing import Any
 from evalpkg.errors import DataError, QueryError
 from evalpkg.grading.comparator import match
 from evalpkg.grading.execution import GoldCache, Prediction, gold_match, rate_columns
+from evalpkg.grading.periods import MONTH_NAMES
 from evalpkg.grading.summary import without_summary_rows
 from evalpkg.progress import Progress, quiet
 from evalpkg.sql.executor import ReadOnlyExecutor, jsonable
@@ -120,6 +121,24 @@ def rate_as_percentage(g: Gold) -> Layout | None:
         return None
     scale = {j: 100.0 if max(abs(r[j]) for r in g.rows) <= 1 else 0.01 for j in rates}
     return [[v * scale[j] if j in scale else v for j, v in enumerate(r)] for r in g.rows], g.columns
+
+
+def periods_spelt_out(g: Gold) -> Layout | None:
+    """Period columns written another common way: quarter numbers as 'Q1', month numbers as 'Jan', month
+    labels 'YYYY-MM' as 'Jan YYYY' (a grader reads each as the period the gold names)."""
+
+    def spelt(j: int, v: Any) -> Any:
+        name = g.columns[j].lower()  # a period column, not a count named for one (prev_month)
+        if type(v) is int and name == "quarter" and 1 <= v <= 4:
+            return f"Q{v}"
+        if type(v) is int and name == "month" and 1 <= v <= 12:
+            return MONTH_NAMES[v - 1][:3].title()
+        if isinstance(v, str) and (m := MONTH_LABEL.fullmatch(v)):
+            return f"{MONTH_NAMES[int(m[2]) - 1][:3].title()} {m[1]}"
+        return v
+
+    rows = [[spelt(j, v) for j, v in enumerate(r)] for r in g.rows]
+    return (rows, g.columns) if rows != g.rows else None
 
 
 def total_row(g: Gold) -> Layout | None:
@@ -238,6 +257,15 @@ def unit_not_converted(g: Gold) -> Layout | None:
     return [[v * 18 if j in floats else v for j, v in enumerate(r)] for r in g.rows], g.columns
 
 
+def count_for_fraction(g: Gold) -> Layout | None:
+    """Each column of fractions (a rate, a mean) replaced by whole numbers near it: a count that lies within
+    the tolerance of a percentage is still no percentage."""
+    floats = _floats(g)
+    if not floats:
+        return None
+    return [[round(v) if j in floats else v for j, v in enumerate(r)] for r in g.rows], g.columns
+
+
 def empty_result(g: Gold) -> Layout | None:
     return ([], g.columns) if g.rows else None
 
@@ -254,6 +282,7 @@ LAYOUTS: dict[str, Transform] = {
         rounded_to_2_decimals,
         rate_as_percentage,
         total_row,
+        periods_spelt_out,
         long_form_zh,
         long_form_en,
         long_form_column_names,
@@ -269,12 +298,14 @@ MUTATIONS: dict[str, Transform] = {
         row_added,
         row_duplicated,
         unit_not_converted,
+        count_for_fraction,
         empty_result,
     )
 }
 PERIOD_MOVED = "period_moved"  # the gold's date literals a month later, run on the snapshot
 PERIOD_NAME = re.compile(r"year|quarter|month|week|day|date|period", re.IGNORECASE)  # a key, not a measure
 DATE = re.compile(r"'(\d{4})-(\d\d)-(\d\d)")
+MONTH_LABEL = re.compile(r"(\d{4})-(\d\d)")
 
 
 def _month_later(sql: str) -> str | None:

@@ -422,3 +422,28 @@ def test_cross_of_consecutive_months_and_measures(
     gold = [[row[j] for j in asked] for row in LAB_GOLD]
     columns, names = [LAB_COLUMNS[j] for j in asked], [LAB_NAMES[j] for j in asked]
     assert graded(pred, pred_columns, gold, columns, names) is expected, why
+
+
+# anomaly_dept_admissions_month: a department's change beside the hospital's, one wide row in the gold.
+SCOPE_GOLD, SCOPE_COLUMNS = [[8, 1, 16, 5]], ["dept_prev", "dept_this", "hospital_prev", "hospital_this"]
+SCOPE_NAMES = [
+    ["department admissions, previous month"],
+    ["department admissions, this month"],
+    ["hospital admissions, previous month"],
+    ["hospital admissions, this month"],
+]
+BY_MONTH = ["scope", "nov_2024", "dec_2024", "change"]
+
+
+@pytest.mark.parametrize(
+    ("pred", "columns", "expected", "why"),
+    [
+        ([["Cardiology", 8, 1, -7], ["Hospital-wide", 16, 5, -11]], BY_MONTH, True, "rows by scope, months as columns"),
+        ([["心血管内科", 8, 1, -7], ["全院 hospital", 16, 5, -11]], BY_MONTH, True, "the department's zh name"),
+        ([["Cardiology", 1, 8, 7], ["Hospital-wide", 5, 16, 11]], BY_MONTH, False, "the months swapped"),
+        ([["Cardiology", 16, 5, -11], ["Hospital-wide", 8, 1, -7]], BY_MONTH, False, "the scopes swapped"),
+        ([["Cardiology", 8, 1, -7], ["Hospital-wide", 16, 5, -11]], ["scope", "a", "b", "c"], False, "no months"),
+    ],
+)
+def test_a_department_beside_the_hospital_by_month(pred: Rows, columns: list[str], expected: bool, why: str) -> None:
+    assert graded(pred, columns, SCOPE_GOLD, SCOPE_COLUMNS, SCOPE_NAMES) is expected, why
