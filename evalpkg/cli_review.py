@@ -182,6 +182,8 @@ def _show_candidates(settings: Settings, ids: list[str]) -> None:
     for c in (queue[i] for i in ids):
         t = c.task
         typer.echo(f"{t.id} ({c.status}; ticket #{c.ticket_id}, {c.month}): {t.type.value}, {t.difficulty.value}")
+        if c.request:
+            typer.echo(f"  ticket request (source material): {c.request}")
         typer.echo(f"  gold: {t.gold_sql[0]}")
         for o in t.outputs:
             typer.echo(f"  output {o.name} (column {o.column}): {o.meaning[Language.zh]} / {o.meaning[Language.en]}")
@@ -194,7 +196,7 @@ def _show_candidates(settings: Settings, ids: list[str]) -> None:
         for v in t.variants:
             w = c.wording(f"{v.language.value}/{v.complexity.value}")
             state = f"approved by {w.approved_by}" if w and w.approved_by else "NOT APPROVED"
-            origin = f"written by {w.approved_by}" if w and w.edited else f"drafted from {w.drafted_by if w else '?'}"
+            origin = f"written by {w.approved_by}" if w and w.edited else f"drafted: {w.drafted_by if w else '?'}"
             typer.echo(f"  {v.language.value}/{v.complexity.value:<10} [{origin}; {state}] {v.text}")
 
 

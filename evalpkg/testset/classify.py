@@ -56,27 +56,3 @@ def classify(sql: str) -> tuple[TaskType, Difficulty, list[str]]:
     if len(table_names) > 1:
         tags.append("multi_table")
     return kind, difficulty, tags
-
-
-def describe_en(sql: str) -> tuple[str, str]:
-    """(short, full) English descriptions of what the SQL computes, for reviewers to polish."""
-    tree = _tree(sql)
-    select = tree.find(exp.Select)
-    assert select is not None
-    measures = []
-    for e in select.expressions:
-        agg = e.find(exp.AggFunc)
-        if agg is not None:
-            inner = agg.this.sql() if isinstance(agg.this, exp.Expr) else "*"
-            distinct = " distinct" if agg.find(exp.Distinct) else ""
-            measures.append(f"{AGG_EN.get(agg.key, agg.key)}{distinct} {inner.replace('DISTINCT ', '')}".strip())
-        else:
-            measures.append(e.alias_or_name or e.sql())
-    tables = ", ".join(sorted({t.name for t in tree.find_all(exp.Table)}))
-    where = tree.find(exp.Where)
-    conditions = where.this.sql(dialect="postgres") if where else "no filter"
-    group = tree.find(exp.Group)
-    per = f", per {', '.join(g.sql() for g in group.expressions)}" if group else ""
-    short = f"What is the {' and '.join(measures)} in {tables}{per}?"
-    full = f"From {tables}, compute the {' and '.join(measures)}{per}, where {conditions}."
-    return short, full

@@ -106,6 +106,7 @@ def refresh(
     start, end = _month_bounds(month)
     report = RefreshReport(month)
     seen = covered_patterns(settings)
+    mined = {c.ticket_id for _, c in load_queue(settings)}  # whatever became of them, decisions stay
     executor = gold_executor(settings)
     tickets = done_tickets(settings, start, end)
     with agent_connection(settings) as conn, closing(executor):
@@ -117,7 +118,7 @@ def refresh(
                 report.drop("not one read-only query", ticket_id)
                 continue
             pat = fingerprint.pattern(sql)
-            if pat in seen:
+            if pat in seen or ticket_id in mined:
                 report.drop("already covered", ticket_id)
                 continue
             try:
@@ -195,7 +196,7 @@ def _candidate(
     meanings: ticket_task.Meanings,
 ) -> Candidate:
     declared = ticket_task.outputs(sql, columns, meanings)
-    drafts = ticket_task.rule_drafts(request, sql, fingerprint.tables(sql))
+    drafts = ticket_task.rule_drafts(request)
     if drafter is not None:
         try:
             for key, text in drafter.draft(request, sql, declared).items():
@@ -205,7 +206,7 @@ def _candidate(
             report.draft_failures.append(f"ticket #{ticket_id}: {type(exc).__name__}: {str(exc)[:120]}")
     task = ticket_task.candidate_task(ticket_id, created, sql, drafts, declared, rows)
     wordings = [Wording(language=lang, complexity=level, drafted_by=by) for (lang, level), (_, by) in drafts.items()]
-    return Candidate(month=month, ticket_id=ticket_id, pattern="", task=task, wordings=wordings)
+    return Candidate(month=month, ticket_id=ticket_id, request=request, pattern="", task=task, wordings=wordings)
 
 
 def _queued(settings: Settings, ids: list[str]) -> dict[str, tuple[Path, Candidate]]:
@@ -266,8 +267,10 @@ def _approved(cand: Candidate, key: str, reviewer: str, role: Role, text: str | 
     wording = cand.wording(key)
     if wording is None:
         raise UsageError(f"--wording: {key!r} is not one of {', '.join(w.key for w in cand.wordings) or 'none'}")
-    if text is None and wording.drafted_by == ticket_task.DRAFTED_BY_SQL:
-        raise UsageError(f"--wording {key}: drafted from the SQL, not worded; approve it with --text 'the question'")
+    if text is None and wording.drafted_by == ticket_task.NEEDS_WORDING:
+        raise UsageError(
+            f"--wording {key}: needs wording, no draft was written; give it with --text 'the question'"
+        )
     if text is not None and len(text.strip()) < 4:
         raise UsageError(f"--text: {text!r} is too short for a question")
     final = text.strip() if text is not None else cand.task.question(wording.language, wording.complexity)

@@ -30,7 +30,7 @@ class Wording(BaseModel):
 
     language: Language
     complexity: Complexity
-    drafted_by: str  # "ticket" (the request itself), "model <name>", or "sql" (a description to reword)
+    drafted_by: str  # "ticket" (the request itself), "model <name>", or "needs wording" (a reviewer writes it)
     approved_by: str | None = None  # "<role> <reviewer>"
     edited: bool = False  # the approved text is the reviewer's own
 
@@ -54,6 +54,7 @@ class Candidate(BaseModel):
     format_version: Literal[1, 2] = QUEUE_FORMAT_VERSION
     month: str
     ticket_id: int
+    request: str = ""  # the ticket's request: source material for the wordings
     pattern: str
     task: Task
     decisions: list[Decision] = []

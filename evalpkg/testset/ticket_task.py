@@ -23,7 +23,7 @@ from sqlglot import exp
 from evalpkg.sql import fingerprint
 from evalpkg.sql.parse import parse_statement
 from evalpkg.testset.build import TYPE_PREFIX
-from evalpkg.testset.classify import AGG_EN, classify, describe_en
+from evalpkg.testset.classify import AGG_EN, classify
 from evalpkg.testset.models import (
     OUTPUTS_FORMAT,
     Annotator,
@@ -47,12 +47,13 @@ if TYPE_CHECKING:
     from evalpkg.agent.model_client import ModelClient
 
 GENERATOR = "refresh-v2"
-FILLER = re.compile(r"^(麻烦|请|帮忙|想看下|想看一下|帮我)+|一下|麻烦")
 AGG_ZH = {"count": "数量", "avg": "平均值", "sum": "合计", "max": "最大值", "min": "最小值"}
 MAX_POINTS = 24  # answer points per task: a two-year monthly series at most
 Key = tuple[Language, Complexity]
+KEYS: list[Key] = [(lang, level) for lang in Language for level in Complexity]
 Meanings = dict[str, tuple[str, str]]  # column -> (zh, en), from meta.data_dictionary
-DRAFTED_BY_SQL = "sql"  # a description of the SQL, not a wording: a reviewer must reword it
+NEEDS_WORDING = "needs wording"  # a placeholder, not a wording: a reviewer writes the text
+PLACEHOLDER = "(needs wording)"
 
 
 def dictionary(conn: psycopg.Connection) -> Meanings:
@@ -132,20 +133,13 @@ def withdrawn_threshold(sql: str) -> str | None:
     return None
 
 
-def rule_drafts(request: str, sql: str, tables: list[str]) -> dict[Key, tuple[str, str]]:
-    """(text, drafted_by) for every wording, without a model: zh from the ticket, en described from the SQL.
-    The technical wording names where the data is, never a trap: whether a trap bites is measured after
-    drafting, and a hint at one that does not (or at the ticket's own rule) would mislead."""
-    plain_zh = FILLER.sub("", request).strip(" ，,。") or request
-    short_en, full_en = describe_en(sql)
-    return {
-        (Language.zh, Complexity.colloquial): (request, "ticket"),
-        (Language.zh, Complexity.plain): (plain_zh, "ticket"),
-        (Language.zh, Complexity.technical): (f"{plain_zh}（数据来自{'、'.join(tables)}）", "ticket"),
-        (Language.en, Complexity.colloquial): (short_en, DRAFTED_BY_SQL),
-        (Language.en, Complexity.plain): (short_en, DRAFTED_BY_SQL),
-        (Language.en, Complexity.technical): (full_en, DRAFTED_BY_SQL),
-    }
+def rule_drafts(request: str) -> dict[Key, tuple[str, str]]:
+    """(text, drafted_by) for every wording, without a model: the clinician's own request as the zh colloquial
+    one, and the others left for a reviewer to write (NEEDS_WORDING: a placeholder never approved as it is,
+    never SQL read aloud); the request stays on the candidate as source material."""
+    drafts = {key: (PLACEHOLDER, NEEDS_WORDING) for key in KEYS}
+    drafts[Language.zh, Complexity.colloquial] = (request, "ticket")
+    return drafts
 
 
 DRAFT_PROMPT = (

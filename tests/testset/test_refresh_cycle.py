@@ -76,7 +76,12 @@ def test_a_month_from_mining_to_release(month_of_tickets: tuple[Settings, dict[s
     assert ticket["good"] not in why and len(report.added) == 1, report
     [tid] = report.added
     [cand] = [c for _, c in load_queue(settings) if c.task.id == tid]
-    assert "时间字段" not in "".join(v.text for v in cand.task.variants)  # no hint at a trap
+    # without a drafting model: the clinician's request as the zh colloquial wording, no SQL read aloud
+    assert {w.key: w.drafted_by for w in cand.wordings} == {
+        **{w.key: "needs wording" for w in cand.wordings},
+        "zh/colloquial": "ticket",
+    }
+    assert not [v.text for v in cand.task.variants if "select" in v.text.lower() or "t_lab_result" in v.text]
 
     # an option the action does not take is a usage error, never an approval
     code, _, exc = cli(settings, "review", tid, "--text", "统计人数", "--reviewer", "dr_wang", "--role", "clinician")
@@ -84,10 +89,7 @@ def test_a_month_from_mining_to_release(month_of_tickets: tuple[Settings, dict[s
     assert load_queue(settings)[0][1].decisions == []
 
     # every wording in one command: rewritten where given, as drafted where null
-    texts = {
-        w.key: (f"{w.key}: how many patients had an HbA1c above 7.0%?" if w.language.value == "en" else None)
-        for w in cand.wordings
-    }
+    texts = {w.key: None if w.key == "zh/colloquial" else f"{w.key}: HbA1c above 7.0% patients" for w in cand.wordings}
     (tmp_path / "wordings.json").write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
     code, out, exc = cli(
         settings,
@@ -103,7 +105,8 @@ def test_a_month_from_mining_to_release(month_of_tickets: tuple[Settings, dict[s
     assert code == 0, (out, exc)
     code, out, _ = cli(settings, "review", tid, "--show")
     assert "[written by clinician dr_wang; approved by clinician dr_wang]" in out
-    assert "[drafted from ticket; approved by clinician dr_wang]" in out
+    assert "[drafted: ticket; approved by clinician dr_wang]" in out
+    assert f"ticket request (source material): {cand.request}" in out
 
     # the second annotator may not approve what they annotated
     from evalpkg.testset.refresh import annotate_queue, review

@@ -21,7 +21,7 @@ from evalpkg.testset.annotate import Annotation, Written
 from evalpkg.testset.models import Annotator, Complexity, Language
 from evalpkg.testset.refresh import annotate_queue, load_queue, refresh, release_queue, review, review_wording
 from evalpkg.testset.review_queue import Candidate, Wording, save
-from evalpkg.testset.ticket_task import DRAFTED_BY_SQL, ModelDrafter
+from evalpkg.testset.ticket_task import NEEDS_WORDING, ModelDrafter
 from tests.agent.fake_endpoint import FakeEndpoint, serving
 
 WORLD = worlds.World(2000, 7, 0)  # one reference world keeps the test short; the CLI checks all six
@@ -50,7 +50,7 @@ def make_ready(settings: Settings, ids: list[str], *, agreeing: bool = True) -> 
         for w in queue[tid].wordings:
             draft = task.question(w.language, w.complexity)
             twins = [v for v in task.variants if v.language == w.language and v.text == draft]
-            reword = w.drafted_by == DRAFTED_BY_SQL or (len(twins) > 1 and w.complexity is not Complexity.colloquial)
+            reword = w.drafted_by == NEEDS_WORDING or (len(twins) > 1 and w.complexity is not Complexity.colloquial)
             text = f"Reworded {w.key} question for {tid}" if reword else None
             review_wording(settings, tid, w.key, "dr_wang", "clinician", text)
     review(settings, ids, "approve", "dr_wang", "clinician")
@@ -145,7 +145,7 @@ def test_refresh_review_release_releases_only_approved_measured_tasks_and_refuse
 @pytest.mark.parametrize(
     ("key", "text", "error"),
     [
-        ("en/plain", None, "drafted from the SQL, not worded"),  # a SQL description is no wording
+        ("en/plain", None, "needs wording, no draft was written"),  # a placeholder is no wording
         ("fr/plain", "Quelle est", "is not one of"),  # no such wording
         ("en/plain", "How", "too short for a question"),
         ("en/plain", "SAME", "the same text as en/colloquial"),  # plain must differ from colloquial
@@ -154,7 +154,7 @@ def test_refresh_review_release_releases_only_approved_measured_tasks_and_refuse
 def test_review_wording_refuses_what_is_not_a_wording(tmp_path: Path, key: str, text: str | None, error: str) -> None:
     task = release.load(PROJECT_ROOT / "tasks").tasks[0]
     wordings = [
-        Wording(language=v.language, complexity=v.complexity, drafted_by=DRAFTED_BY_SQL, approved_by=approved)
+        Wording(language=v.language, complexity=v.complexity, drafted_by=NEEDS_WORDING, approved_by=approved)
         for v in task.variants
         for approved in ["clinician dr_li" if v.complexity is Complexity.colloquial else None]
     ]
