@@ -268,9 +268,7 @@ def _approved(cand: Candidate, key: str, reviewer: str, role: Role, text: str | 
     if wording is None:
         raise UsageError(f"--wording: {key!r} is not one of {', '.join(w.key for w in cand.wordings) or 'none'}")
     if text is None and wording.drafted_by == ticket_task.NEEDS_WORDING:
-        raise UsageError(
-            f"--wording {key}: needs wording, no draft was written; give it with --text 'the question'"
-        )
+        raise UsageError(f"--wording {key}: needs wording, no draft was written; give it with --text 'the question'")
     if text is not None and len(text.strip()) < 4:
         raise UsageError(f"--text: {text!r} is too short for a question")
     final = text.strip() if text is not None else cand.task.question(wording.language, wording.complexity)
