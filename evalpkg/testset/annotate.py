@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from evalpkg.errors import DataError, QueryError, UsageError
 from evalpkg.grading.comparator import COMPARATOR_VERSION
@@ -93,13 +93,7 @@ class Decision(BaseModel):
 
 
 def load_annotation(path: Path) -> Annotation:
-    try:
-        return Annotation.model_validate_json(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DataError(f"{path}: {exc.strerror}") from exc
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise DataError(f"{path}: field {'.'.join(map(str, err['loc'])) or '(file)'}: {err['msg']}") from exc
+    return release.read_model(Annotation, path)
 
 
 def measure(

@@ -6,10 +6,10 @@ the pooled executor (trap mutations, premises, the scorer audit: rows as JSON va
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 import psycopg
 
@@ -20,6 +20,7 @@ from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor, run
 from evalpkg.sql.guard import SqlRefused
 
 GOLD_TIMEOUT_MS = 10_000
+T = TypeVar("T")
 
 
 class GoldError(DataError):
@@ -48,15 +49,7 @@ class GoldRunner:
         self._memo: dict[str, GoldResult | GoldError] = {}
 
     def result(self, sql: str) -> GoldResult:
-        if sql not in self._memo:
-            try:
-                self._memo[sql] = gold_result(self.conn, sql, self.timeout_ms)
-            except GoldError as exc:
-                self._memo[sql] = exc
-        got = self._memo[sql]
-        if isinstance(got, GoldError):
-            raise got
-        return got
+        return _once(self._memo, sql, lambda q: gold_result(self.conn, q, self.timeout_ms), GoldError)
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
         return self.result(sql).rows
@@ -108,12 +101,17 @@ class MemoExecutor(ReadOnlyExecutor):
         self._memo: dict[str, QueryResult | QueryError] = {}
 
     def run(self, sql: str, *, checked: bool = False) -> QueryResult:
-        if sql not in self._memo:
-            try:
-                self._memo[sql] = super().run(sql, checked=checked)
-            except QueryError as exc:
-                self._memo[sql] = exc
-        got = self._memo[sql]
-        if isinstance(got, Exception):
-            raise got
-        return got
+        return _once(self._memo, sql, lambda q: super(MemoExecutor, self).run(q, checked=checked), QueryError)
+
+
+def _once(memo: dict[str, Any], sql: str, run: Callable[[str], T], errors: type[Exception]) -> T:
+    """run(sql) the first time; after that its result, or the error it raised, again."""
+    if sql not in memo:
+        try:
+            memo[sql] = run(sql)
+        except errors as exc:
+            memo[sql] = exc
+    got = memo[sql]
+    if isinstance(got, Exception):
+        raise got
+    return cast(T, got)

@@ -8,10 +8,11 @@ import re
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from evalpkg.errors import DataError
+from evalpkg.errors import DataError, EvalpkgError
 from evalpkg.interrupts import held_interrupts
 from evalpkg.testset.models import Task
 
@@ -19,6 +20,8 @@ MANIFEST = "MANIFEST.json"
 CHANGELOG = "CHANGELOG.md"
 MANIFEST_FORMAT_VERSION = 1
 VERSION_RE = re.compile(r"^v(\d+)$")
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class Manifest(BaseModel):
@@ -99,24 +102,26 @@ def read_text(path: Path) -> str:
         raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
 
 
-def parse_task_file(path: Path, label: str) -> Task:
+def read_model(model: type[M], path: Path, *, label: str | None = None, error: type[EvalpkgError] = DataError) -> M:
+    """A stored model read back, or one line naming the file (or `label`) and the field that is wrong."""
     try:
-        return Task.model_validate_json(read_text(path))
+        return model.model_validate_json(read_text(path))
+    except OSError as exc:
+        raise error(f"{label or path}: {exc.strerror}") from exc
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "(file)"
-        raise DataError(f"{label}: field {loc}: {err['msg']}") from exc
+        loc = ".".join(map(str, err["loc"])) or "(file)"
+        raise error(f"{label or path}: field {loc}: {err['msg']}") from exc
+
+
+def parse_task_file(path: Path, label: str) -> Task:
+    return read_model(Task, path, label=label)
 
 
 def read_manifest(path: Path) -> Manifest:
     if not path.is_file():
         raise DataError(f"{path}: release manifest not found")
-    try:
-        return Manifest.model_validate_json(read_text(path))
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(map(str, err["loc"])) or "(file)"
-        raise DataError(f"{path}: field {loc}: {err['msg']}") from exc
+    return read_model(Manifest, path)
 
 
 def load_source(tasks_dir: Path, source: str, action: str) -> Release:

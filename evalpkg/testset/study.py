@@ -118,18 +118,8 @@ def write_sample(folder: Path, packet: Packet, key: Key) -> None:
     (folder / "key.json").write_text(key.model_dump_json(indent=1), encoding="utf-8")
 
 
-def _load(model: type[BaseModel], path: Path) -> BaseModel:
-    try:
-        return model.model_validate_json(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: {exc.strerror}") from exc
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(f"{path}: field {'.'.join(map(str, err['loc'])) or '(file)'}: {err['msg']}") from exc
-
-
 def load_answers(path: Path) -> ReaderAnswers:
-    return _load(ReaderAnswers, path)  # type: ignore[return-value]
+    return release.read_model(ReaderAnswers, path, error=ConfigError)
 
 
 def annotation_of(answers: ReaderAnswers, key: Key, tasks: dict[str, Task]) -> tuple[Annotation, list[Task]]:
@@ -170,7 +160,7 @@ def measure(
     *,
     progress: Progress = quiet,
 ) -> list[ReaderResult]:
-    key: Key = _load(Key, folder / "key.json")  # type: ignore[assignment]
+    key = release.read_model(Key, folder / "key.json", error=ConfigError)
     rel = release.load(settings.tasks_dir, key.release)
     tasks = rel.by_id()
     readers = [annotation_of(load_answers(p), key, tasks) for p in answer_files]
