@@ -6,7 +6,7 @@ import os
 import re
 import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit
 
 import typer
@@ -19,6 +19,7 @@ from evalpkg.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from evalpkg.pipeline.execute import ShardReport
+    from evalpkg.pipeline.score import InstanceScore
 
 
 PROBE_TIMEOUT_S = 5
@@ -116,149 +117,161 @@ def repeats_line(group: str, m: dict[str, float]) -> str | None:
     )
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    @with_run_options
-    def run(
-        config: RunConfig, no_track: Annotated[bool, typer.Option("--no-track", help="skip MLflow")] = False
-    ) -> None:
-        """Run all five stages (normalize, execute, record, score, cluster); validate, track, report.
-        Every RunConfig field is an option; `--config` gives any of them as JSON (or a JSON file)."""
-        from tqdm import tqdm
+def run(config: RunConfig, no_track: Annotated[bool, typer.Option("--no-track", help="skip MLflow")] = False) -> None:
+    """Run all five stages (normalize, execute, record, score, cluster); validate, track, report.
+    Every RunConfig field is an option; `--config` gives any of them as JSON (or a JSON file)."""
+    from tqdm import tqdm
 
-        from evalpkg.pipeline.run import run_all
+    from evalpkg.pipeline.run import run_all
 
-        settings = get_settings()
-        worker_spec(config)
-        check_endpoint(config)
-        if not no_track:
-            check_tracking(settings, "pass --no-track")
-        check_state_dir(settings)
-        bar = tqdm(total=0, unit="instance", desc="execute", disable=None)
+    settings = get_settings()
+    worker_spec(config)
+    check_endpoint(config)
+    if not no_track:
+        check_tracking(settings, "pass --no-track")
+    check_state_dir(settings)
+    bar = tqdm(total=0, unit="instance", desc="execute", disable=None)
 
-        def tick(done: int, total: int) -> None:
-            bar.total = total
-            bar.n = done
-            bar.refresh()
+    def tick(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
 
-        result = run_all(settings, config, progress=to_stderr, shard_progress=tick, track=not no_track)
-        bar.close()
-        for r in result["shards"]:
-            log_worker(r)
-        traces = f" (traces sent over {result['traces_s']:.1f} s from grading on)" if result["traces_s"] else ""
-        to_stderr("seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in result["seconds"].items()) + traces)
-        o = result["overall"]
-        for group, m in result["table"].items():  # per task type, then overall, next to the accuracy line
-            if group.startswith("type.") and (line := repeats_line(group, m)):
-                to_stderr(line)
-        if line := repeats_line("overall", o):
-            to_stderr(line)
-        semantic = (
-            f"; semantic accuracy {o['semantic_accuracy']:.1%} ({int(o['coincidental_matches'])} coincidental "
-            "matches: right on this snapshot only)"
-            if "semantic_accuracy" in o
-            else ""
-        )
-        to_stderr(
-            f"accuracy {o['accuracy']:.1%} (95% CI {o['accuracy_ci_low']:.1%}-{o['accuracy_ci_high']:.1%}) over "
-            f"{o['instances']} instances{semantic}; {len(result['clusters'])} error clusters"
-        )
-        if "dialogue_accuracy" in o:  # follow-up dialogues: each turn on its own, and the dialogue whole
-            turns = ", ".join(f"turn {k[5:-9]} {v:.1%}" for k, v in o.items() if re.fullmatch(r"turn_\d+_accuracy", k))
-            to_stderr(
-                f"follow-up dialogues: {int(o['dialogues'])}; dialogue accuracy {o['dialogue_accuracy']:.1%}, "
-                f"turn accuracy {o['turn_accuracy']:.1%} ({turns})"
-            )
-        if result["mlflow_run_id"]:
-            to_stderr(f"MLflow run {result['mlflow_run_id']} at {get_settings().tracking_uri}")
-        typer.echo(f"report: {result['report']}")
-
-    @app.command()
-    def score(run_id: str, track: Annotated[bool, typer.Option(help="log the new scores to MLflow")] = False) -> None:
-        """Re-score a finished run from its recorded trajectories (no model is called)."""
-        from evalpkg.pipeline.run import finish_run
-
-        settings = get_settings()
-        check_recorded(settings, run_id)
-        if track:
-            check_tracking(settings, "drop --track")
-        scored = finish_run(settings, run_id, track=track, progress=to_stderr).scored
-        o = scored.table["overall"]
-        if line := repeats_line(f"{run_id} overall", o):
-            typer.echo(line)
-        typer.echo(
-            f"{run_id}: accuracy {o['accuracy']:.1%} over {o['instances']} instances; {scored.validation.summary()}"
-        )
-
-    @app.command()
-    def report(run_id: str) -> None:
-        """Write the HTML report of a scored run and print its path."""
-        from evalpkg.pipeline.run import finish_run
-
-        settings = get_settings()
-        check_recorded(settings, run_id)
-        typer.echo(finish_run(settings, run_id, track=False).report)
-
-    @app.command()
-    def compare(
-        run_a: str,
-        run_b: str,
-        by_type: Annotated[
-            str, typer.Option("--by-type", help="the measure also compared per task type (any compared measure)")
-        ] = "accuracy",
-    ) -> None:
-        """Paired differences (B - A) of every compared measure, paired by task x language x complexity x
-        repeat, with bootstrap CIs over tasks and an exact McNemar test; one measure also per task type."""
-        from evalpkg.pipeline.metrics import PAIRED_MEASURES, paired_groups, pairs
-        from evalpkg.pipeline.run import score_run
-
-        if by_type not in PAIRED_MEASURES:
-            raise UsageError(f"--by-type: expected one of {', '.join(PAIRED_MEASURES)}, got {by_type!r}")
-        settings = get_settings()
-        for run_id in (run_a, run_b):  # both must be complete before either is scored
-            check_recorded(settings, run_id)
-        a, b = score_run(settings, run_a, save=False).scores, score_run(settings, run_b, save=False).scores
-        matched = pairs(a, b)
-        if not matched:
-            raise DataError(
-                f"runs {run_a} and {run_b} share no instance (task, language, complexity, repeat): nothing to pair"
-            )
-        typer.echo(
-            f"A {run_a}, B {run_b}: {len(matched)} pairs over {len({x.task_id for x, _ in matched})} tasks; "
-            "B-A with 95% CIs resampling tasks; p: exact McNemar on the pairs where A or B is higher"
-        )
-        typer.echo(compare_line("group", "measure", "n", "A", "B", "B-A", "95% CI", "A>B", "B>A", "p"))
-        for group, measures in paired_groups(a, b).items():
-            for name, m in measures.items():
-                if group == "overall" or name == by_type:
-                    typer.echo(
-                        compare_line(
-                            group,
-                            name,
-                            m["instances"],
-                            f"{m['a']:.3f}",
-                            f"{m['b']:.3f}",
-                            f"{m['difference']:+.3f}",
-                            f"[{m['ci_low']:+.3f},{m['ci_high']:+.3f}]",
-                            m["a_better"],
-                            m["b_better"],
-                            f"{m['mcnemar_p']:.3g}",
-                        )
-                    )
-
-    @app.command("run-shard")
-    def run_shard(run_id: str, shard: Annotated[int, typer.Option(min=0)]) -> None:
-        """Execute one shard of a planned run (what each Airflow shard task calls); resumable."""
-        from evalpkg.pipeline import store
-        from evalpkg.pipeline.execute import execute_shard
-
-        settings = get_settings()
-        config, *_ = store.load_run(settings, run_id)
-        if shard >= config.shards:
-            raise UsageError(f"--shard: run {run_id} has shards 0..{config.shards - 1}, got {shard}")
-        r = execute_shard(settings, run_id, shard)
+    result = run_all(settings, config, progress=to_stderr, shard_progress=tick, track=not no_track)
+    bar.close()
+    for r in result["shards"]:
         log_worker(r)
-        to_stderr(
-            f"shard {r.shard}: {r.recorded} recorded, {r.skipped} recorded before, "
-            f"{r.planned} planned, {r.seconds:.1f}s"
+    _print_run(result)
+
+
+def score(run_id: str, track: Annotated[bool, typer.Option(help="log the new scores to MLflow")] = False) -> None:
+    """Re-score a finished run from its recorded trajectories (no model is called)."""
+    from evalpkg.pipeline.run import finish_run
+
+    settings = get_settings()
+    check_recorded(settings, run_id)
+    if track:
+        check_tracking(settings, "drop --track")
+    scored = finish_run(settings, run_id, track=track, progress=to_stderr).scored
+    o = scored.table["overall"]
+    if line := repeats_line(f"{run_id} overall", o):
+        typer.echo(line)
+    typer.echo(f"{run_id}: accuracy {o['accuracy']:.1%} over {o['instances']} instances; {scored.validation.summary()}")
+
+
+def report(run_id: str) -> None:
+    """Write the HTML report of a scored run and print its path."""
+    from evalpkg.pipeline.run import finish_run
+
+    settings = get_settings()
+    check_recorded(settings, run_id)
+    typer.echo(finish_run(settings, run_id, track=False).report)
+
+
+def compare(
+    run_a: str,
+    run_b: str,
+    by_type: Annotated[
+        str, typer.Option("--by-type", help="the measure also compared per task type (any compared measure)")
+    ] = "accuracy",
+) -> None:
+    """Paired differences (B - A) of every compared measure, paired by task x language x complexity x
+    repeat, with bootstrap CIs over tasks and an exact McNemar test; one measure also per task type."""
+    from evalpkg.pipeline.metrics import PAIRED_MEASURES, pairs
+    from evalpkg.pipeline.run import score_run
+
+    if by_type not in PAIRED_MEASURES:
+        raise UsageError(f"--by-type: expected one of {', '.join(PAIRED_MEASURES)}, got {by_type!r}")
+    settings = get_settings()
+    for run_id in (run_a, run_b):  # both must be complete before either is scored
+        check_recorded(settings, run_id)
+    a, b = score_run(settings, run_a, save=False).scores, score_run(settings, run_b, save=False).scores
+    matched = pairs(a, b)
+    if not matched:
+        raise DataError(
+            f"runs {run_a} and {run_b} share no instance (task, language, complexity, repeat): nothing to pair"
         )
+    typer.echo(
+        f"A {run_a}, B {run_b}: {len(matched)} pairs over {len({x.task_id for x, _ in matched})} tasks; "
+        "B-A with 95% CIs resampling tasks; p: exact McNemar on the pairs where A or B is higher"
+    )
+    _print_pairs(a, b, by_type)
+
+
+def run_shard(run_id: str, shard: Annotated[int, typer.Option(min=0)]) -> None:
+    """Execute one shard of a planned run (what each Airflow shard task calls); resumable."""
+    from evalpkg.pipeline import store
+    from evalpkg.pipeline.execute import execute_shard
+
+    settings = get_settings()
+    config, *_ = store.load_run(settings, run_id)
+    if shard >= config.shards:
+        raise UsageError(f"--shard: run {run_id} has shards 0..{config.shards - 1}, got {shard}")
+    r = execute_shard(settings, run_id, shard)
+    log_worker(r)
+    to_stderr(
+        f"shard {r.shard}: {r.recorded} recorded, {r.skipped} recorded before, {r.planned} planned, {r.seconds:.1f}s"
+    )
+
+
+def _print_run(result: dict[str, Any]) -> None:
+    """What a run says when it ends: stage times, accuracy with its CI, semantic accuracy, follow-up
+    dialogues, the MLflow run and the report."""
+    traces = f" (traces sent over {result['traces_s']:.1f} s from grading on)" if result["traces_s"] else ""
+    to_stderr("seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in result["seconds"].items()) + traces)
+    o = result["overall"]
+    for group, m in result["table"].items():  # per task type, then overall, next to the accuracy line
+        if group.startswith("type.") and (line := repeats_line(group, m)):
+            to_stderr(line)
+    if line := repeats_line("overall", o):
+        to_stderr(line)
+    semantic = (
+        f"; semantic accuracy {o['semantic_accuracy']:.1%} ({int(o['coincidental_matches'])} coincidental "
+        "matches: right on this snapshot only)"
+        if "semantic_accuracy" in o
+        else ""
+    )
+    to_stderr(
+        f"accuracy {o['accuracy']:.1%} (95% CI {o['accuracy_ci_low']:.1%}-{o['accuracy_ci_high']:.1%}) over "
+        f"{o['instances']} instances{semantic}; {len(result['clusters'])} error clusters"
+    )
+    if "dialogue_accuracy" in o:  # follow-up dialogues: each turn on its own, and the dialogue whole
+        turns = ", ".join(f"turn {k[5:-9]} {v:.1%}" for k, v in o.items() if re.fullmatch(r"turn_\d+_accuracy", k))
+        to_stderr(
+            f"follow-up dialogues: {int(o['dialogues'])}; dialogue accuracy {o['dialogue_accuracy']:.1%}, "
+            f"turn accuracy {o['turn_accuracy']:.1%} ({turns})"
+        )
+    if result["mlflow_run_id"]:
+        to_stderr(f"MLflow run {result['mlflow_run_id']} at {get_settings().tracking_uri}")
+    typer.echo(f"report: {result['report']}")
+
+
+def _print_pairs(a: list[InstanceScore], b: list[InstanceScore], by_type: str) -> None:
+    """The paired table: every measure overall, `by_type` per task type."""
+    from evalpkg.pipeline.metrics import paired_groups
+
+    typer.echo(compare_line("group", "measure", "n", "A", "B", "B-A", "95% CI", "A>B", "B>A", "p"))
+    for group, measures in paired_groups(a, b).items():
+        for name, m in measures.items():
+            if group == "overall" or name == by_type:
+                typer.echo(
+                    compare_line(
+                        group,
+                        name,
+                        m["instances"],
+                        f"{m['a']:.3f}",
+                        f"{m['b']:.3f}",
+                        f"{m['difference']:+.3f}",
+                        f"[{m['ci_low']:+.3f},{m['ci_high']:+.3f}]",
+                        m["a_better"],
+                        m["b_better"],
+                        f"{m['mcnemar_p']:.3g}",
+                    )
+                )
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(with_run_options(run))
+    for command in (score, report, compare):
+        app.command()(command)
+    app.command("run-shard")(run_shard)

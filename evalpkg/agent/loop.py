@@ -233,20 +233,16 @@ def run_dialogue(
         question=question,
         started_at=now(),
     )
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": system_prompt or prompt()},
-        {"role": "user", "content": question},
-    ]
+    talk = _Conversation(traj, [{"role": "system", "content": system_prompt or prompt()}], list(followups), limits)
+    talk.messages.append({"role": "user", "content": question})
     budget = _Budget(limits)
-    unparseable = 0
-    pending_followups = list(followups)
     deadline = time.monotonic() + limits.deadline_s if limits.deadline_s else None
     for index in range(limits.max_steps):
         _record_state(traj, toolkit)
         if deadline is not None and time.monotonic() > deadline:
             _fall_back(traj, "timeout", toolkit)
             break
-        turn, step = _model_step(policy, messages, tools, index)
+        turn, step = _model_step(policy, talk.messages, tools, index)
         traj.steps.append(step)
         if turn.error:
             step.parse_error = turn.error
@@ -255,38 +251,66 @@ def run_dialogue(
         calls = turn.tool_calls
         if not calls:
             action = parse(turn.text)
-            if action.kind == "tool":
-                calls = [(f"text-{uuid.uuid4().hex[:8]}", action.name, action.arguments or {})]
-                turn.native = False
-            elif action.kind == "final":
-                traj.final_answer = action.text
-                step.ended_at = now()
-                if not pending_followups:
-                    traj.stop_reason = "final_answer"
+            if action.kind == "final":
+                if talk.answered(turn, step, action.text):
                     break
-                # the next user turn of a multi-turn dialogue; the answer so far is graded as its turn's
-                traj.turn_answers.append(TurnAnswer(answer=action.text, sql=traj.final_sql))
-                messages = trim_context([*messages, {"role": "assistant", "content": turn.text}])
-                step.user_message = pending_followups.pop(0)
-                messages.append({"role": "user", "content": step.user_message})
                 continue
-            else:
-                unparseable += 1
-                step.parse_error = action.error
-                if unparseable >= limits.max_unparseable:
-                    traj.stop_reason = "unparseable"
-                    traj.final_answer = turn.text
+            if action.kind != "tool":
+                if talk.unreadable(turn, step, action.error):
                     break
-                messages += [{"role": "assistant", "content": turn.text}, {"role": "user", "content": NUDGE}]
                 continue
-        messages.append(_assistant_message(turn, calls))
-        breaker = _run_calls(calls, turn.native, toolkit, budget, step, traj, messages)
+            calls = [(f"text-{uuid.uuid4().hex[:8]}", action.name, action.arguments or {})]
+            turn.native = False
+        talk.messages.append(_assistant_message(turn, calls))
+        breaker = _run_calls(calls, turn.native, toolkit, budget, step, traj, talk.messages)
         step.ended_at = now()
         if breaker:
             _fall_back(traj, breaker, toolkit, replace_answer=True)
             break
     else:
         _fall_back(traj, "max_steps", toolkit)
+    return _finished(traj, toolkit)
+
+
+@dataclass
+class _Conversation:
+    """The messages so far and what is left to say: the follow-ups not yet asked, the unreadable turns."""
+
+    traj: Trajectory
+    messages: list[dict[str, Any]]
+    followups: list[str]
+    limits: Limits
+    unparseable: int = 0
+
+    def answered(self, turn: ModelTurn, step: Step, text: str) -> bool:
+        """A final answer: True where the dialogue ends; else the next follow-up is asked (the answer so far
+        graded as its turn's)."""
+        self.traj.final_answer = text
+        step.ended_at = now()
+        if not self.followups:
+            self.traj.stop_reason = "final_answer"
+            return True
+        self.traj.turn_answers.append(TurnAnswer(answer=text, sql=self.traj.final_sql))
+        self.messages = trim_context([*self.messages, {"role": "assistant", "content": turn.text}])
+        step.user_message = self.followups.pop(0)
+        self.messages.append({"role": "user", "content": step.user_message})
+        return False
+
+    def unreadable(self, turn: ModelTurn, step: Step, error: str) -> bool:
+        """A turn that is neither a tool call nor an answer: True where too many end the dialogue, else the
+        model is nudged."""
+        self.unparseable += 1
+        step.parse_error = error
+        if self.unparseable >= self.limits.max_unparseable:
+            self.traj.stop_reason = "unparseable"
+            self.traj.final_answer = turn.text
+            return True
+        self.messages += [{"role": "assistant", "content": turn.text}, {"role": "user", "content": NUDGE}]
+        return False
+
+
+def _finished(traj: Trajectory, toolkit: Toolkit) -> Trajectory:
+    """The dialogue state at its end, the clarifying questions asked and their answers, the end time."""
     _record_state(traj, toolkit)
     if toolkit.user is not None:
         traj.clarifications = [

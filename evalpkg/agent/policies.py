@@ -36,24 +36,25 @@ def _last_tool_result(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return {}
 
 
-Plan = list[list[tuple[str, dict[str, Any]]]]
+# The tool calls a scripted policy makes, step by step (not a plan object of the plan strategy, agent/plan/).
+CallScript = list[list[tuple[str, dict[str, Any]]]]
 
 
 @dataclass
 class ScriptedPolicy:
-    """Replays a fixed plan of tool calls, then answers from the last result; in a dialogue with
-    follow-ups, the next turn's plan and answer suffix come after each answer."""
+    """Replays a fixed script of tool calls, then answers from the last result; in a dialogue with
+    follow-ups, the next turn's script and answer suffix come after each answer."""
 
     name: str
-    plan: Plan
+    script: CallScript
     final: str = ""
     suffix: str = ""  # appended to the answer built from the last result
     position: int = 0
-    followups: list[tuple[Plan, str]] = field(default_factory=list)  # (plan, suffix) of each later turn
+    followups: list[tuple[CallScript, str]] = field(default_factory=list)  # (script, suffix) of each later turn
 
     def next(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelTurn:
-        if self.position < len(self.plan):
-            calls = self.plan[self.position]
+        if self.position < len(self.script):
+            calls = self.script[self.position]
             self.position += 1
             return ModelTurn(tool_calls=[(_cid(), name, args) for name, args in calls])
         if self.final:
@@ -62,7 +63,7 @@ class ScriptedPolicy:
             rows = _last_tool_result(messages).get("rows", [])
             answer = f"结果 / result: {json.dumps(rows, ensure_ascii=False)} {self.suffix}".strip()
         if self.followups:  # the loop delivers the next user turn after this answer
-            (self.plan, self.suffix), self.position, self.final = self.followups.pop(0), 0, ""
+            (self.script, self.suffix), self.position, self.final = self.followups.pop(0), 0, ""
         return ModelTurn(text=answer)
 
 
@@ -85,10 +86,10 @@ def _segments(task: Task) -> list[list[Turn]]:
     return out
 
 
-def _turn_calls(task: Task, turns: list[Turn], gold: list[str], sql: str | None, strategy: str) -> Plan:
+def _turn_calls(task: Task, turns: list[Turn], gold: list[str], sql: str | None, strategy: str) -> CallScript:
     """The expected calls of these turns, in order, with arguments that meet their constraints and the
     gold SQL (or `sql`) as the query; schema reads are left out (the plan reads them first)."""
-    plan: Plan = []
+    plan: CallScript = []
     for turn in turns:
         for call in turn.expected_tool_calls:
             if call.name == "query_schema":
@@ -118,12 +119,12 @@ def _turn_calls(task: Task, turns: list[Turn], gold: list[str], sql: str | None,
     return plan
 
 
-def gold_plan(task: Task, sql: str | None = None, strategy: str = "react") -> Plan:
+def gold_script(task: Task, sql: str | None = None, strategy: str = "react") -> CallScript:
     """Every expected tool call of the question and its clarifications, in order, with arguments that
     meet its constraints and the gold SQL as the query (the harness self-test). The plan strategy reads
     the schema with get_table_columns and submits the SQL's plan (derived by the translator) instead."""
     schema = "get_table_columns" if strategy == "plan" else "query_schema"
-    reads: Plan = [[(schema, {"table_name": t}) for t in task.tables]]
+    reads: CallScript = [[(schema, {"table_name": t}) for t in task.tables]]
     return reads + _turn_calls(task, _segments(task)[0], task.gold_sql, sql, strategy)
 
 
@@ -131,9 +132,9 @@ def _points(points: list[AnswerPoint], language: Language) -> str:
     return " ".join(p.text[language] for p in points if p.text and language in p.text)
 
 
-def followup_plans(
+def followup_scripts(
     task: Task, language: Language, strategy: str = "react", sqls: list[str | None] | None = None
-) -> list[tuple[Plan, str]]:
+) -> list[tuple[CallScript, str]]:
     """(plan, answer suffix) of each follow-up with its own gold: its expected calls with its gold SQL
     (or sqls[i], for the i-th follow-up) and its text points."""
     out = []
@@ -150,12 +151,15 @@ def gold_policy(task: Task, language: Language = Language.zh, strategy: str = "r
     if not task.answerable:
         return ScriptedPolicy(
             "gold",
-            gold_plan(task, strategy=strategy),
+            gold_script(task, strategy=strategy),
             final=points or "数据库中没有这项数据，无法回答。 The database does not hold this data.",
-            followups=followup_plans(task, language, strategy),
+            followups=followup_scripts(task, language, strategy),
         )
     return ScriptedPolicy(
-        "gold", gold_plan(task, strategy=strategy), suffix=points, followups=followup_plans(task, language, strategy)
+        "gold",
+        gold_script(task, strategy=strategy),
+        suffix=points,
+        followups=followup_scripts(task, language, strategy),
     )
 
 
@@ -167,13 +171,13 @@ def perturbation_policy(
     policy = gold_policy(task, language, strategy)
     policy.name = f"perturb:{kind}"
     if kind == "extra_calls":
-        policy.plan.insert(0, [("get_table_columns" if strategy == "plan" else "query_schema", {})] * 3)
+        policy.script.insert(0, [("get_table_columns" if strategy == "plan" else "query_schema", {})] * 3)
     elif kind == STALE_FOLLOWUP:
         # each follow-up answered with the SQL of the turn before it: graded wrong on that turn only
         golds = [task.turns[i].gold_sql[0] if i else task.gold_sql[0] for i in task.graded_turns()]
-        policy.followups = followup_plans(task, language, strategy, list(golds[:-1]))
+        policy.followups = followup_scripts(task, language, strategy, list(golds[:-1]))
     elif task.gold_sql:
-        policy.plan = gold_plan(task, perturb_sql(task.gold_sql[0], kind), strategy)
+        policy.script = gold_script(task, perturb_sql(task.gold_sql[0], kind), strategy)
     return policy
 
 

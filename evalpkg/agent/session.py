@@ -81,7 +81,7 @@ def build_policy(config: RunConfig, task: Task, language: Language, client: Mode
             else perturbation_policy(task, kind, language, config.strategy)
         )
         if config.toolset == "emr-v1+state":  # the reference agents keep the dialogue state too
-            scripted.plan = with_state(task, scripted.plan, DROPPED_SLOT if kind == "dropped_slot" else None)
+            scripted.script = with_state(task, scripted.script, DROPPED_SLOT if kind == "dropped_slot" else None)
         return scripted
     if client is None:
         raise ConfigError("agent=openai needs the shard's model client")

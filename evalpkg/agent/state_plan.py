@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evalpkg.agent.policies import CallScript
 from evalpkg.agent.state import REQUIRED
 from evalpkg.agent.tools import STATE_TOOL
 from evalpkg.testset.models import Task
@@ -18,10 +19,8 @@ GIVEN = "as stated in the question"  # a slot the question fills; the test set a
 DROPPED_SLOT = "department"  # what perturb:dropped_slot leaves out of its state
 STATED_SLOTS: tuple[str, ...] = (*REQUIRED, "time_column")  # every slot a query can need by default
 
-Plan = list[list[tuple[str, dict[str, Any]]]]
 
-
-def with_state(task: Task, plan: Plan, dropped: str | None = None) -> Plan:
+def with_state(task: Task, plan: CallScript, dropped: str | None = None) -> CallScript:
     """`plan` with the state kept: the stated slots and the open hidden ones recorded before the first
     ask_clarify, one ask_clarify per hidden slot (each asks the next missing one), and the revealed
     values recorded after the last. Without a question in the plan, only the stated slots."""

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import ExitStack, closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING
 
@@ -38,6 +38,8 @@ from evalpkg.testset import release
 from evalpkg.testset.models import Complexity, Language, Task
 
 if TYPE_CHECKING:  # the openai SDK is imported only by runs that call a model
+    from psycopg_pool import ConnectionPool
+
     from evalpkg.agent.model_client import ModelClient
     from evalpkg.serving.worker import Worker
 
@@ -99,15 +101,83 @@ class _Stopping(Exception):
     """An instance not run (or not recorded) because the shard is stopping on another one's failure."""
 
 
-def execute_shard(
-    settings: Settings,
-    run_id: str,
-    shard: int,
-    *,
-    progress: Callable[[int, int], None] = lambda done, total: None,
-    shared: Shared | None = None,
-) -> ShardReport:
-    t0 = time.perf_counter()
+@dataclass
+class _Dialogues:
+    """Runs and records a shard's instances over its shared pieces; the first failure stops the rest."""
+
+    settings: Settings
+    run_id: str
+    shard: int
+    config: RunConfig
+    shared: Shared
+    tasks: dict[str, Task]
+    executor: ReadOnlyExecutor
+    results: ConnectionPool
+    client: ModelClient | None
+    worker: Worker | None
+    stopping: threading.Event = field(default_factory=threading.Event)
+    record_times: list[float] = field(default_factory=list)
+    failures: list[BaseException] = field(default_factory=list)  # the first is what the shard raises
+
+    def run_one(self, inst: Instance) -> bool:
+        if self.stopping.is_set():
+            raise _Stopping(inst.instance_id)
+        try:
+            traj = run_instance(self.config, self.shared, self.tasks[inst.task_id], inst, self.executor, self.client)
+            self._check_worker(traj, inst)
+            started = time.perf_counter()
+            with self.results.connection() as conn:
+                written = store.record(conn, self.run_id, self.shard, traj)
+            self.record_times.append(time.perf_counter() - started)  # list.append is atomic across threads
+            return written
+        except _Stopping:
+            raise
+        except BaseException as exc:
+            self.failures.append(exc)
+            self.stopping.set()
+            raise
+
+    def _check_worker(self, traj: Trajectory, inst: Instance) -> None:
+        """A dead server makes model errors that say nothing about the model: raise, record nothing; a model
+        error from a live (perhaps busy) server is that instance's outcome."""
+        if self.worker is None:
+            return
+        failure = self.worker.failure(probe_health=traj.stop_reason == "model_error")
+        if failure is not None:
+            raise failure
+        if self.stopping.is_set():
+            raise _Stopping(inst.instance_id)
+
+    def run_all(self, todo: list[Instance], progress: Callable[[int, int], None]) -> int:
+        """How many were recorded; a window of submitted instances, not all of them, so memory does not
+        grow with the shard's size."""
+        concurrency = self.config.concurrency
+        recorded = done = 0
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"shard{self.shard}") as workers:
+            pending = iter(todo)
+            running = {workers.submit(self.run_one, i) for i in islice(pending, 2 * concurrency)}
+            try:
+                while running:
+                    finished, running = wait(running, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        recorded += fut.result()
+                        done += 1
+                        progress(done, len(todo))
+                    running |= {workers.submit(self.run_one, i) for i in islice(pending, len(finished))}
+            except BaseException:
+                self.stopping.set()  # none start; with a worker, the dialogues in flight are not recorded
+                workers.shutdown(wait=True, cancel_futures=True)
+                if self.failures:
+                    raise self.failures[0] from None
+                raise
+        return recorded
+
+
+def _shard_todo(
+    settings: Settings, run_id: str, shard: int, shared: Shared | None
+) -> tuple[RunConfig, dict[str, Task], Shared, list[Instance], list[Instance]]:
+    """(config, tasks, shared pieces, the shard's instances, those not recorded yet), checked against the
+    snapshot the run was planned on."""
     config, testset_version, snapshot, instances = store.load_run(settings, run_id)
     if not 0 <= shard < config.shards:
         raise ConfigError(f"--shard: {shard} is outside 0..{config.shards - 1}")
@@ -120,8 +190,19 @@ def execute_shard(
         )
     mine = [i for i in instances if i.shard == shard]
     done = store.recorded_ids(settings, run_id, shard)
-    todo = [i for i in mine if i.instance_id not in done]
-    recorded = 0
+    return config, tasks, shared, mine, [i for i in mine if i.instance_id not in done]
+
+
+def execute_shard(
+    settings: Settings,
+    run_id: str,
+    shard: int,
+    *,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+    shared: Shared | None = None,
+) -> ShardReport:
+    t0 = time.perf_counter()
+    config, tasks, shared, mine, todo = _shard_todo(settings, run_id, shard, shared)
     worker: Worker | None = None
     with ExitStack() as opened:  # closed in reverse order, also when opening one of them fails
         if config.worker != "none" and todo:  # a finished shard needs no server
@@ -133,54 +214,8 @@ def execute_shard(
         client = build_model_client(config)
         if client is not None:
             opened.callback(client.close)
-        stopping = threading.Event()  # an instance failed (or the worker did): nothing more starts
-        record_times: list[float] = []
-        failures: list[BaseException] = []  # the first is what the shard raises
-
-        def run_one(inst: Instance) -> bool:
-            if stopping.is_set():
-                raise _Stopping(inst.instance_id)
-            try:
-                traj = run_instance(config, shared, tasks[inst.task_id], inst, executor, client)
-                if worker is not None:
-                    # a dead server makes model errors that say nothing about the model: raise, record nothing;
-                    # a model error from a live (perhaps busy) server is that instance's outcome
-                    failure = worker.failure(probe_health=traj.stop_reason == "model_error")
-                    if failure is not None:
-                        raise failure
-                    if stopping.is_set():
-                        raise _Stopping(inst.instance_id)
-                started = time.perf_counter()
-                with results.connection() as conn:
-                    written = store.record(conn, run_id, shard, traj)
-                record_times.append(time.perf_counter() - started)  # list.append is atomic across threads
-                return written
-            except _Stopping:
-                raise
-            except BaseException as exc:
-                failures.append(exc)
-                stopping.set()
-                raise
-
-        with ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix=f"shard{shard}") as workers:
-            # a window of submitted instances, not all of them: memory does not grow with the shard's size
-            pending = iter(todo)
-            running = {workers.submit(run_one, i) for i in islice(pending, 2 * config.concurrency)}
-            done_count = 0
-            try:
-                while running:
-                    finished, running = wait(running, return_when=FIRST_COMPLETED)
-                    for fut in finished:
-                        recorded += fut.result()
-                        done_count += 1
-                        progress(done_count, len(todo))
-                    running |= {workers.submit(run_one, i) for i in islice(pending, len(finished))}
-            except BaseException:
-                stopping.set()  # none start; with a worker, the dialogues in flight are not recorded
-                workers.shutdown(wait=True, cancel_futures=True)
-                if failures:
-                    raise failures[0] from None
-                raise
+        dialogues = _Dialogues(settings, run_id, shard, config, shared, tasks, executor, results, client, worker)
+        recorded = dialogues.run_all(todo, progress)
     started = time.perf_counter()
     store.export_jsonl(settings, run_id, shard)
     exported = time.perf_counter() - started
@@ -194,5 +229,5 @@ def execute_shard(
         worker.start_s if worker else None,
         worker.identity if worker else None,
         str(worker.log_path) if worker else None,
-        sum(record_times) + exported,
+        sum(dialogues.record_times) + exported,
     )

@@ -227,6 +227,29 @@ def _followup_scores(
     return correct, coverage
 
 
+def _call_counts(calls: list[ToolCallRecord]) -> dict[str, Any]:
+    """What the tool calls alone say: how many, how many repeated, whether SQL ran, which failed and why."""
+    signature = Counter(
+        (c.name, json.dumps(c.arguments, sort_keys=True, ensure_ascii=False, default=str)) for c in calls
+    )
+    return {
+        "executable_sql": any(c.name == "execute_sql" and c.ok for c in as_expected(calls)),
+        "tool_calls": len(calls),
+        "redundant_calls": sum(n - 1 for n in signature.values()),
+        "tool_names": [c.name for c in calls],
+        "error_text": " | ".join(c.error or "" for c in calls if not c.ok)[:2000],
+    }
+
+
+def _clarification_correct(task: Task, traj: Trajectory) -> bool:
+    """A clarification task: every hidden slot asked about; any other: no question asked."""
+    asked = bool(traj.clarifications)
+    if task.type is not TaskType.clarification:
+        return not asked
+    revealed = {s for c in traj.clarifications for s in c["slots"]}
+    return asked and {s.slot for s in task.hidden_slots} <= revealed
+
+
 def score_instance(
     task: Task,
     traj: Trajectory,
@@ -236,9 +259,6 @@ def score_instance(
     judge: Judge | None = None,
 ) -> InstanceScore:
     calls = traj.tool_calls()
-    signature = Counter(
-        (c.name, json.dumps(c.arguments, sort_keys=True, ensure_ascii=False, default=str)) for c in calls
-    )
     wanted = asked_columns(task, traj.language, traj.complexity)
     answers = graded_answers(task, traj)
     answer, sql = answers[0] or ("", None)  # turn 0 is always reached
@@ -249,12 +269,6 @@ def score_instance(
     followups_correct, followups_coverage = _followup_scores(task, traj, answers, gold, executor)
     precision, recall, order_ok = expected_call_scores(task, traj)
     stated, unsupported = unsupported_numbers(traj)
-    asked = bool(traj.clarifications)
-    if task.type is TaskType.clarification:
-        revealed = {s for c in traj.clarifications for s in c["slots"]}
-        clarification_correct = asked and {s.slot for s in task.hidden_slots} <= revealed
-    else:
-        clarification_correct = not asked
     return InstanceScore(
         comparator_version=COMPARATOR_VERSION,
         instance_id=traj.instance_id,
@@ -268,13 +282,11 @@ def score_instance(
         status=status,
         exec_match=exec_match,
         correct=correct,
-        executable_sql=any(c.name == "execute_sql" and c.ok for c in as_expected(calls)),
-        tool_calls=len(calls),
-        redundant_calls=sum(n - 1 for n in signature.values()),
+        **_call_counts(calls),
         expected_precision=precision,
         expected_recall=recall,
         order_ok=order_ok,
-        clarification_correct=clarification_correct,
+        clarification_correct=_clarification_correct(task, traj),
         answer_coverage=coverage,
         missed_points=missed_points,
         judged_text_coverage=judged_coverage(task, traj.final_answer, traj.language, judge),
@@ -291,8 +303,6 @@ def score_instance(
         latency_s=_latency_s(traj),
         prompt_tokens=sum(s.prompt_tokens for s in traj.steps),
         completion_tokens=sum(s.completion_tokens for s in traj.steps),
-        tool_names=[c.name for c in calls],
-        error_text=" | ".join(c.error or "" for c in calls if not c.ok)[:2000],
         final_sql=traj.final_sql,
         graded_sql=sql,
     )

@@ -93,7 +93,7 @@ class GoldReplay(FakeEndpoint):
         ]
         for task, language in self.by_question.get(question, []):
             policy = gold_policy(task, language)
-            planned = [call for step in policy.plan for call in step]
+            planned = [call for step in policy.script for call in step]
             if planned[: len(made)] != made:
                 continue
             user = ScriptedUser(task.hidden_slots, language)

@@ -203,7 +203,7 @@ def test_the_perturbation_agent_sends_the_mutation() -> None:
     task = Task.model_validate(task_dict(gold_sql=[f"select count(*) from {V} where {Q1}"]))
     sent = [
         args["sql"]
-        for step in perturbation_policy(task, "wrong_time_field").plan
+        for step in perturbation_policy(task, "wrong_time_field").script
         for n, args in step
         if n == "execute_sql"
     ]
