@@ -127,9 +127,8 @@ def write_report(
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>EMR agent run {html.escape(run_id)}</title>
 <style>{(ASSETS / "report.css").read_text(encoding="utf-8")}</style></head><body>
 <h1>Run {html.escape(run_id)}</h1>
-<p>model <b>{html.escape(str(config.get("model")))}</b>, agent {html.escape(str(config.get("agent")))},
-test set {html.escape(str(config.get("testset_version")))}, {int(overall.get("instances", 0))} instances</p>
-<h2>Overall</h2>{_table([{k: v for k, v in overall.items()}])}
+{headline(config, table, clusters)}
+<h2>Every measure</h2>{_table([{k: v for k, v in overall.items()}])}
 <h2>Plots</h2>{"".join(plots(scores, clusters))}
 <h2>By type, difficulty and complexity</h2>{_table(groups)}
 <h2>Matches on the snapshot only (coincidental)</h2>{semantic}
@@ -143,6 +142,47 @@ test set {html.escape(str(config.get("testset_version")))}, {int(overall.get("in
 </body></html>"""
     publish(path, doc, files, folder)
     return path
+
+
+def headline(config: dict[str, Any], table: dict[str, dict[str, float]], clusters: list[Cluster]) -> str:
+    """The first screen: what was evaluated, accuracy and semantic accuracy with their CIs, per type and
+    difficulty, and what failed most."""
+    overall = table.get("overall", {})
+    design = "plan objects" if config.get("strategy") == "plan" else "tool calls"
+    if config.get("native_tools") is False:
+        design += " written as text"
+    what = (
+        f"model <b>{html.escape(str(config.get('model')))}</b>, agent {html.escape(str(config.get('agent')))} "
+        f"({design}), test set {html.escape(str(config.get('testset_version')))}, "
+        f"{int(overall.get('instances', 0))} instances"
+    )
+    numbers = [("accuracy", _percent(overall, "accuracy"))]
+    numbers.append(
+        ("semantic accuracy", _percent(overall, "semantic_accuracy"))
+        if "semantic_accuracy" in overall
+        else ("semantic accuracy", "not measured (no reference world built)")
+    )
+    cells = "".join(f'<div class="figure"><span>{name}</span><b>{value}</b></div>' for name, value in numbers)
+    breakdown = [
+        {
+            "group": g.partition(".")[2],
+            "by": g.partition(".")[0],
+            "instances": int(m.get("instances", 0)),
+            "accuracy": f"{m['accuracy']:.1%}",
+        }
+        for g, m in table.items()
+        if g.startswith(("type.", "difficulty.")) and "accuracy" in m
+    ]
+    worst = max(clusters, key=lambda c: c.size, default=None)
+    failed = f"<p>Failed most: {html.escape(worst.name)} ({worst.size} instances).</p>" if worst else ""
+    return f'<section class="headline"><p>{what}</p>{cells}{_table(breakdown)}{failed}</section>'
+
+
+def _percent(m: dict[str, float], key: str) -> str:
+    """A rate with its 95% CI where the run has one."""
+    if f"{key}_ci_low" in m:
+        return f"{m[key]:.1%} (95% CI {m[key + '_ci_low']:.1%}-{m[key + '_ci_high']:.1%})"
+    return f"{m[key]:.1%}"
 
 
 def _followup_section(scores: list[InstanceScore], files: dict[str, str]) -> str:

@@ -208,3 +208,34 @@ def test_the_report_opens_filters_and_loads_a_trajectory_in_chromium(
         state_rows = sum(s.slot_accuracy is not None for s in scores)
         browser.evaluate("document.querySelector('button[data-table=state]').click()")
         assert _wait_for(browser, f"document.querySelectorAll('#full-state tr').length === {state_rows + 1}")
+
+
+def test_the_first_screen_says_what_was_run_and_how_well(tmp_path: Path) -> None:
+    from evalpkg.pipeline.cluster import Cluster
+    from evalpkg.pipeline.report import headline
+
+    run = synthetic_run(200)
+    page = run.write(tmp_path / "report.html").read_text("utf-8")
+    top = page[: page.index("<h2>Every measure</h2>")]  # the headline comes before every other table
+    accuracy = sum(s.correct for s in run.scores) / len(run.scores)
+    assert f"<b>{accuracy:.1%}</b>" in top and "not measured (no reference world built)" in top
+    assert all(f"<td>{t}</td>" in top for t in {s.type for s in run.scores})  # accuracy per type
+
+    table = {
+        "overall": {
+            "instances": 60.0,
+            "accuracy": 0.5,
+            "accuracy_ci_low": 0.4,
+            "accuracy_ci_high": 0.6,
+            "semantic_accuracy": 0.45,
+            "semantic_accuracy_ci_low": 0.3,
+            "semantic_accuracy_ci_high": 0.55,
+        },
+        "difficulty.hard": {"instances": 20.0, "accuracy": 0.25},
+    }
+    clusters = [Cluster(0, 3, "wrong time column", [], []), Cluster(1, 9, "unit not converted", [], [])]
+    config = {"model": "m", "agent": "openai", "strategy": "plan", "testset_version": "v7"}
+    shown = headline(config, table, clusters)
+    assert "50.0% (95% CI 40.0%-60.0%)" in shown and "45.0% (95% CI 30.0%-55.0%)" in shown
+    assert "plan objects" in shown and "<td>hard</td>" in shown and "25.0%" in shown
+    assert "Failed most: unit not converted (9 instances)" in shown
