@@ -270,8 +270,30 @@ def _print_pairs(a: list[InstanceScore], b: list[InstanceScore], by_type: str) -
                 )
 
 
+def leaderboard(
+    runs: Annotated[list[str] | None, typer.Argument(help="run ids; none: every scored run")] = None,
+    name: Annotated[str | None, typer.Option(help="only the runs made with this --name")] = None,
+) -> None:
+    """Scored runs side by side (model, agent design, test set and snapshot, accuracy and semantic accuracy
+    with CIs, per task type, tool calls, latency), best first; also written as runs/leaderboard.html.
+    A run on another test set or snapshot than the first is marked, not mixed."""
+    from evalpkg.pipeline import store
+    from evalpkg.pipeline.leaderboard import entries, lines, write_html
+
+    settings = get_settings()
+    if runs and name is not None:
+        raise UsageError("--name: give run ids or --name, not both")
+    run_ids = runs or store.scored_runs(settings, name)
+    if not run_ids:
+        raise DataError("no scored run" + (f" named {name!r}" if name else "") + " in the results store")
+    rows = entries(settings, run_ids)
+    for line in lines(rows):
+        typer.echo(line)
+    to_stderr(f"leaderboard: {write_html(settings.state_dir / 'runs' / 'leaderboard.html', rows)}")
+
+
 def register(app: typer.Typer) -> None:
     app.command()(with_run_options(run))
-    for command in (score, report, compare):
+    for command in (score, report, compare, leaderboard):
         app.command()(command)
     app.command("run-shard")(run_shard)

@@ -178,6 +178,27 @@ def save_scores(settings: Settings, run_id: str, scores: list[dict[str, Any]]) -
             )
 
 
+def saved_scores(settings: Settings, run_id: str) -> list[dict[str, Any]]:
+    """The scores the run's last scoring saved, in instance order (empty: never scored)."""
+    with results_db(settings) as conn:
+        rows = conn.execute(
+            "select body from results.score where run_id = %s order by instance_id", (run_id,)
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def scored_runs(settings: Settings, name: str | None = None) -> list[str]:
+    """Every run with saved scores (of that --name, where given), oldest first."""
+    ensure_schema(settings)
+    with results_db(settings) as conn:
+        rows = conn.execute(
+            "select r.run_id from results.run r where exists (select 1 from results.score s where s.run_id = r.run_id)"
+            " and (%s::text is null or r.name = %s) order by r.created_at, r.run_id",
+            (name, name),
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
 def comparator_versions(settings: Settings, run_id: str) -> set[int | None]:
     """The comparator versions the run's saved scores were made with (empty: never scored)."""
     with results_db(settings) as conn:

@@ -267,3 +267,25 @@ def test_compare_errors_are_one_line(
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == code and len(lines) == 1, proc.stderr
     assert lines[0].startswith("evalpkg: error: ") and message in lines[0]
+
+
+def test_the_leaderboard_ranks_scored_runs_and_marks_what_is_not_comparable(
+    gold_and_perturbed: tuple[tuple[str, Scored], tuple[str, Scored]], generated: Settings
+) -> None:
+    (gold_run, _), (perturbed_run, _) = gold_and_perturbed
+    config, _, snapshot, instances = store.load_run(generated, gold_run)
+    other = f"{gold_run}-other-set"  # the gold run's scores, as if made on another test set
+    store.create_run(generated, other, config, "v0", snapshot, instances)
+    store.save_scores(generated, other, store.saved_scores(generated, gold_run))
+    proc = cli(generated, "leaderboard", perturbed_run, gold_run, other)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    header, *rows = proc.stdout.splitlines()
+    assert header.split()[:4] == ["run", "model", "design", "test"]
+    runs = [r.split()[0] for r in rows if r and not r.startswith("*")]
+    assert runs == [gold_run, perturbed_run, other]  # comparable runs best first, the other set last
+    accuracy = {r.split()[0]: r.split()[4] for r in rows if r and not r.startswith("*")}
+    for run in (gold_run, perturbed_run):
+        stored = stored_scores(generated, run)
+        assert accuracy[run] == f"{sum(s.correct for s in stored) / len(stored):.1%}"
+    assert f"{other} *" in proc.stdout and "not comparable" in proc.stdout.splitlines()[-1]
+    assert (generated.state_dir / "runs" / "leaderboard.html").read_text(encoding="utf-8").count("<tr") == 4
