@@ -31,7 +31,6 @@ from evalpkg.grading.values import (
 )
 
 PERIODS_IN_YEAR = {"month": 12, "quarter": 4}
-MAX_ROUNDING = 0.05  # a gold is read at a coarser prediction's decimals when that moves no value more than this
 
 
 @dataclass
@@ -211,19 +210,17 @@ def view(g: Column, p: Column) -> tuple[Column, Column]:
 
 
 def at_coarser_precision(g: Column, p: Column) -> tuple[Column, Column]:
-    """A gold finer than a prediction with decimals, rounded to those where the rounding moves no value by
-    more than MAX_ROUNDING of itself (a grader takes 12.3 for 12.34, 0.8% for 0.79% and 0.7% for 0.71%, but
-    not 0.1 for 0.12 or 0.0% for 0.04%). A prediction finer than the gold is left to the task's tolerance:
-    a float gold does not say whether it was rounded."""
+    """A gold finer than a prediction with decimals, rounded to those where its largest value keeps two
+    significant figures and no other rounds away to 0 (a grader takes 12.3 for 12.34 and 0.8% for 0.79%
+    beside 6.54%, but not 0.1 for 0.12 or 0.0% for 0.04%). Not 0.7 for 0.71 either: the executor hands a
+    computed 0.70 over as 0.7, so a wrong answer that happens to end in 0 would pass for a rounded right one.
+    A prediction finer than the gold is left to the task's tolerance: a float gold does not say whether it
+    was rounded."""
     assert g.numbers is not None
     d = p.decimals
-    if not 1 <= d < g.decimals:
-        return g, p
-    rounded = g.rounded(d, like=p)
-    assert rounded.numbers is not None
-    moved = np.abs(rounded.numbers - g.numbers)
-    if (moved <= MAX_ROUNDING * np.abs(g.numbers)).all():
-        return rounded, p
+    units = np.abs(g.numbers) * 10.0**d
+    if 1 <= d < g.decimals and units.max() >= 10 and ((units == 0) | (units >= 0.5)).all():
+        return g.rounded(d, like=p), p
     return g, p
 
 

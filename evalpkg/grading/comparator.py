@@ -5,18 +5,21 @@ order and names don't matter; found by assignment, identical columns interchange
 gold's ORDER BY order only where order matters (ties on the keys in any order); integers exact; fractional
 numbers within the task's relative tolerance, rows paired by a proper matching, and a gold written to more
 decimals than a prediction with at least one is rounded to the prediction's (the question rarely says how
-to round) where that moves no value by more than 5% of itself (12.3 for 12.34, 0.7 for 0.71, not 0.1 for
-0.12 or 0.0 for 0.04; a gold ending in 5 may round either way); a gold column of fractions (a rate, a mean)
-is never stood for by whole numbers (a count); one month as 1..12 (when the
-other side's labels lie in one year), 'YYYY-MM', a date or midnight on the 1st; booleans = 't'/'f'/'true'/
+to round) where its largest value keeps two significant figures and no value becomes 0 (12.3 for 12.34,
+not 0.1 for 0.12; a gold ending in 5 may round either way); a gold column of fractions (a rate, a mean)
+is never stood for by whole numbers (a count); a period as one period however written (a month or quarter
+number within the one year the other side's labels name, 'YYYY-MM', 'Jan 2024', '2020-Q1', a date or
+midnight on the 1st); booleans = 't'/'f'/'true'/
 'false'; text trimmed and NFKC-normalised; NULL equals only NULL; empty matches only empty; a failed or
 truncated result never matches. Several golds (layout alternatives): the caller tries each.
 Added in 4: rows tied on the gold's ORDER BY keys (hidden key columns included) match in any order, and
 where its LIMIT cuts a tie any choice of the tied rows is accepted (ties.py); a summary row (a total of the
 rows it covers) may be added or left out (summary.py); summation noise below 1e-9 is no difference; a rate
-may be written as a fraction or a percentage. Changed in 5: the coarser-precision rule reads by how far
-rounding moves each value (it was: the largest keeps two significant figures); whole numbers never stand
-for a column of fractions, however close within the task's tolerance.
+may be written as a fraction or a percentage. Changed in 5: whole numbers never stand for a column of
+fractions, however close within the task's tolerance; periods are compared as period ids however written
+(quarters too). Kept: the coarser-precision rule (two significant figures), since a computed 0.70 reaches
+the grader as 0.7 and a wrong answer ending in 0 would pass for a rounded right one (0.7 for 0.71 stays a
+miss).
 """
 
 from __future__ import annotations
