@@ -397,6 +397,8 @@ CASES = [
     bad("report-unknown-run", "report nope", 1, "run 'nope' not found"),
     bad("report-run-not-executed", "report $planned", 1, "not recorded"),
     bad("report-extra-argument", "report $run again", 2, "unexpected extra argument"),
+    bad("leaderboard-runs-and-name", "leaderboard $run --name eval", 2, "--name: give run ids or --name, not both"),
+    bad("leaderboard-run-unknown", "leaderboard nope", 1, "run 'nope' not found"),
     bad("compare-second-run-unknown", "compare $run nope", 1, "run 'nope' not found"),
     bad("compare-first-run-unknown", "compare nope $run", 1, "run 'nope' not found"),
     bad("compare-with-a-run-not-executed", "compare $run $planned", 1, "not recorded"),
