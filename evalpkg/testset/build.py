@@ -277,9 +277,10 @@ def _template_reason(golds: GoldSource, task: Task, sql: str, seen: set[str], mi
         return None  # check_golds names it, in the words every caller uses
     # Another key shifts dates differently; a series this thin may come back empty elsewhere. Only
     # where the result's rows are groups: a grouped CTE read down to one row (LIMIT 1) is not a series.
-    if fingerprint.parse_statement(sql).args.get("group") is not None and len(rows) < MIN_GROUPED_ROWS:
+    tree = fingerprint.parse_statement(sql)
+    if tree.args.get("group") is not None and len(rows) < MIN_GROUPED_ROWS:
         return f"{task.id}: only {len(rows)} group(s), too thin to be stable across snapshots"
-    names = [e.alias_or_name for e in fingerprint.parse_statement(sql).expressions]
+    names = [e.alias_or_name for e in tree.expressions]
     for column, least in min_counts.items():
         if column not in names:
             template = task.provenance.template_id

@@ -51,9 +51,6 @@ class GoldRunner:
     def result(self, sql: str) -> GoldResult:
         return _once(self._memo, sql, lambda q: gold_result(self.conn, q, self.timeout_ms), GoldError)
 
-    def rows(self, sql: str) -> list[tuple[Any, ...]]:
-        return self.result(sql).rows
-
 
 @contextmanager
 def agent_connection(settings: Settings) -> Iterator[psycopg.Connection]:

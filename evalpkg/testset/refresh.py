@@ -79,11 +79,11 @@ def ticket_sql_accepted(sql: str) -> bool:
     return guard.is_single_select(sql)
 
 
-def covered_patterns(settings: Settings) -> set[str]:
+def covered_patterns(settings: Settings, queue: list[Candidate]) -> set[str]:
     """The shapes (SQL without its literals: the same tables, filters and measure) a new ticket would
     repeat: every released task's, and every candidate's still in the running (a rejected or refused one
     covers nothing, so a better ticket of its shape is mined)."""
-    patterns = {c.pattern for _, c in load_queue(settings) if c.status != "rejected"}
+    patterns = {c.pattern for c in queue if c.status != "rejected"}
     if release.versions(settings.tasks_dir):
         for task in release.load(settings.tasks_dir).tasks:
             patterns.update(fingerprint.pattern(sql) for sql in task.gold_sql)
@@ -105,8 +105,9 @@ def refresh(
     """Mine a month of done tickets into the queue; `drafter`: the model that drafts the wordings."""
     start, end = _month_bounds(month)
     report = RefreshReport(month)
-    seen = covered_patterns(settings)
-    mined = {c.ticket_id for _, c in load_queue(settings)}  # whatever became of them, decisions stay
+    queue = [c for _, c in load_queue(settings)]
+    seen = covered_patterns(settings, queue)
+    mined = {c.ticket_id for c in queue}  # whatever became of them, decisions stay
     executor = gold_executor(settings)
     tickets = done_tickets(settings, start, end)
     with agent_connection(settings) as conn, closing(executor):
@@ -122,10 +123,11 @@ def refresh(
                 report.drop("already covered", ticket_id)
                 continue
             try:
-                rows, columns = golds.rows(sql), golds.result(sql).columns
+                got = golds.result(sql)
             except GoldError:
                 report.drop("SQL fails on the snapshot", ticket_id)
                 continue
+            rows, columns = got.rows, got.columns
             if not rows:
                 report.drop("no rows", ticket_id)
                 continue
