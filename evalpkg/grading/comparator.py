@@ -1,6 +1,6 @@
 """Execution match (SPEC §9): "correct" means what a careful human grader accepts, and nothing more lenient.
 
-Rules of COMPARATOR_VERSION 5: every gold column needs its own prediction column (extra columns, column
+Rules of COMPARATOR_VERSION 6: every gold column needs its own prediction column (extra columns, column
 order and names don't matter; found by assignment, identical columns interchangeable); rows are bags, in the
 gold's ORDER BY order only where order matters (ties on the keys in any order); integers exact; fractional
 numbers within the task's relative tolerance, rows paired by a proper matching, and a gold written to more
@@ -19,7 +19,8 @@ may be written as a fraction or a percentage. Changed in 5: whole numbers never 
 fractions, however close within the task's tolerance; periods are compared as period ids however written
 (quarters too). Kept: the coarser-precision rule (two significant figures), since a computed 0.70 reaches
 the grader as 0.7 and a wrong answer ending in 0 would pass for a rounded right one (0.7 for 0.71 stays a
-miss).
+miss). Added in 6: a comparison of two periods may be answered as a period series (one row per period under
+one column of the measure's kind: the months '2022-03', '2022-04' for zy_prev, zy_this; cross.py).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from evalpkg.grading.matching import find_assignment, rows_equal
 from evalpkg.grading.values import Row
 from evalpkg.sql.order import order_targets
 
-COMPARATOR_VERSION = 5
+COMPARATOR_VERSION = 6
 
 
 @dataclass(frozen=True)

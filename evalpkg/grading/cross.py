@@ -171,6 +171,13 @@ def _cells(named: dict[str, set[int]], headers: list[str], keys: list[list[str]]
             if len(winners) > 1:
                 return None
             gold_of[text, h] = winners[0]
+        if len(among) == 1 and not any(named_text == text for named_text, _ in gold_of):
+            # The label alone names the fact ('2022-03' is zy_prev where the gold compares two months):
+            # its value is the one column of that fact's kind, where no header tells columns apart.
+            (j,) = among
+            kind = [h for h in range(len(headers)) if rates[h] == is_rate[j]]
+            if len(kind) == 1:
+                gold_of[text, kind[0]] = j
     if len(gold_of) < 2 or len(set(gold_of.values())) < len(gold_of):
         return None
     return gold_of

@@ -205,6 +205,42 @@ def wide_form(g: Gold) -> Layout | None:
     return rows, [*(g.columns[j] for j in keys), *headers]
 
 
+def period_series(g: Gold) -> Layout | None:
+    """A comparison of two months (each measure as a previous-month and a this-month column: zy_prev,
+    zy_this) as a period series: one row per month the task names, one column per measure."""
+    month = g.task.provenance.params.get("month")
+    if not isinstance(month, str) or not MONTH_LABEL.fullmatch(month):
+        return None
+    year, number = int(month[:4]), int(month[5:])
+    previous = f"{year - 1}-12" if number == 1 else f"{year}-{number - 1:02d}"
+    sides = {j: side for j in _ints(g) + _floats(g) if (side := _side(g.columns[j]))}
+    stems = sorted({stem for _, stem in sides.values()})
+    keys = [j for j in range(len(g.columns)) if j not in sides]
+    cell = {side: j for j, side in sides.items()}
+    if not stems or any(PERIOD_NAME.search(s) for s in stems) or len(cell) != 2 * len(stems):
+        return None  # not every measure has both months, or a measure named for a period
+    if any(_numeric(g.rows[0][j]) for j in keys):
+        return None  # a number that is neither month's (a change) has no place in the series
+    rows = [
+        [*(r[j] for j in keys), label, *(r[cell[when, stem]] for stem in stems)]
+        for r in g.rows
+        for label, when in ((previous, "prev"), (month, "this"))
+    ]
+    return rows, [*(g.columns[j] for j in keys), "month", *stems]
+
+
+def _side(column: str) -> tuple[str, str] | None:
+    """('prev' | 'this', the measure) of a column named for the previous or this period: zy_prev, cur_avg_los."""
+    words = column.lower().split("_")
+    found = [w for w in words if w in _SIDE_WORDS]
+    if len(found) != 1:
+        return None
+    return _SIDE_WORDS[found[0]], "_".join(w for w in words if w != found[0])
+
+
+_SIDE_WORDS = {"prev": "prev", "previous": "prev", "last": "prev", "this": "this", "cur": "this", "current": "this"}
+
+
 # Mutations: a grader rejects each.
 
 
@@ -283,6 +319,7 @@ LAYOUTS: dict[str, Transform] = {
         rate_as_percentage,
         total_row,
         periods_spelt_out,
+        period_series,
         long_form_zh,
         long_form_en,
         long_form_column_names,

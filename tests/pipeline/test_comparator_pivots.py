@@ -424,6 +424,46 @@ def test_cross_of_consecutive_months_and_measures(
     assert graded(pred, pred_columns, gold, columns, names) is expected, why
 
 
+# fu_admissions_change_by_dept: two months compared (zy_prev, zy_this) answered as a period series, one row per
+# month under one count column; the follow-up keeps the department as the rows' key.
+SERIES_COLUMNS = ["zy_prev", "zy_this"]
+SERIES_NAMES = [
+    ["zy_prev", "上月住院人次", "admissions the month before"],
+    ["zy_this", "本月住院人次", "admissions this month"],
+]
+
+
+@pytest.mark.parametrize(
+    ("pred", "pred_columns", "expected", "why"),
+    [
+        ([["2022-03", 41], ["2022-04", 52]], ["month", "admissions"], True, "a month names its column alone"),
+        ([["2022年4月", 52], ["2022年3月", 41]], ["月份", "住院人次"], True, "zh months, any order"),
+        ([["2022-03", 52], ["2022-04", 41]], ["month", "admissions"], False, "the months' values swapped"),
+        ([["2022-02", 41], ["2022-04", 52]], ["month", "admissions"], False, "months not consecutive"),
+        ([["2022-03", 41, 40], ["2022-04", 52, 50]], ["month", "admissions", "patients"], False, "two counts: which?"),
+        ([["2022-03", 41.5], ["2022-04", 52.5]], ["month", "admission_rate"], False, "a rate stands for no count"),
+    ],
+)
+def test_a_comparison_answered_as_a_period_series(
+    pred: Rows, pred_columns: list[str], expected: bool, why: str
+) -> None:
+    assert graded(pred, pred_columns, [[41, 52]], SERIES_COLUMNS, SERIES_NAMES) is expected, why
+
+
+def test_a_comparison_by_department_answered_as_a_period_series() -> None:
+    gold = [["心血管内科", 8, 11], ["内分泌科", 5, 3]]
+    columns, names = ["department", *SERIES_COLUMNS], [["department", "科室"], *SERIES_NAMES]
+    pred = [
+        ["心血管内科", "2022-03", 8],
+        ["心血管内科", "2022-04", 11],
+        ["内分泌科", "2022-03", 5],
+        ["内分泌科", "2022-04", 3],
+    ]
+    assert graded(pred, ["department", "month", "admissions"], gold, columns, names), "keyed by department"
+    pred[0][2], pred[1][2] = 11, 8
+    assert not graded(pred, ["department", "month", "admissions"], gold, columns, names), "one department swapped"
+
+
 # anomaly_dept_admissions_month: a department's change beside the hospital's, one wide row in the gold.
 SCOPE_GOLD, SCOPE_COLUMNS = [[8, 1, 16, 5]], ["dept_prev", "dept_this", "hospital_prev", "hospital_this"]
 SCOPE_NAMES = [
