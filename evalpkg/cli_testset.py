@@ -278,16 +278,21 @@ def study_draw(
     seed: Annotated[int, typer.Option(help="the draw's seed, recorded with the sample")],
     size: Annotated[int, typer.Option(min=1, help="tasks, one per template")] = 40,
     version: Annotated[str | None, typer.Option(help="the release; default: latest")] = None,
+    include_studied: Annotated[
+        bool, typer.Option(help="draw from templates of the release's earlier samples too")
+    ] = False,
 ) -> None:
     """Draw a blind-reader sample: tasks/study/<version>-seed<N>/packet.json (questions only, for readers)
-    and key.json (which task each is; kept from readers)."""
+    and key.json (which task each is; kept from readers). Templates of the release's earlier samples are
+    left out: the scorer may have been fixed for their layouts."""
     from evalpkg.testset import release
-    from evalpkg.testset.study import draw, write_sample
+    from evalpkg.testset.study import draw, studied_templates, write_sample
 
     settings = get_settings()
     rel = release.load(settings.tasks_dir, version)
-    packet, key = draw(rel.tasks, rel.version, size, seed)
     folder = settings.tasks_dir / "study" / f"{rel.version}-seed{seed}"
+    studied = set() if include_studied else studied_templates(folder, rel.tasks)
+    packet, key = draw(rel.tasks, rel.version, size, seed, studied)
     write_sample(folder, packet, key)
     followups = sum(len(t.followups) for t in packet.tasks)
     typer.echo(f"{folder}: {len(packet.tasks)} tasks ({followups} follow-up questions); give readers packet.json only")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal
@@ -76,18 +77,20 @@ INSTRUCTIONS = (
 )
 
 
-def draw(tasks: list[Task], version: str, size: int, seed: int) -> tuple[Packet, Key]:
-    """`size` tasks of distinct templates in the seed's order (a dialogue brings its follow-ups)."""
+def draw(tasks: list[Task], version: str, size: int, seed: int, studied: Collection[str] = ()) -> tuple[Packet, Key]:
+    """`size` tasks of distinct templates in the seed's order (a dialogue brings its follow-ups); templates
+    in `studied` (those of earlier samples, whose layouts the scorer may have been fixed for) left out."""
     by_template: dict[str, list[Task]] = {}
     for t in tasks:
-        if t.answerable:
-            by_template.setdefault(t.provenance.template_id or t.id, []).append(t)
+        if t.answerable and _template(t) not in studied:
+            by_template.setdefault(_template(t), []).append(t)
     rng = random.Random(seed)
     templates = sorted(by_template)
     rng.shuffle(templates)
     if len(templates) < size:
+        left = f" not in an earlier sample ({len(set(studied))} are)" if studied else ""
         raise ConfigError(
-            f"--size: {version} has {len(templates)} templates with an answerable task, fewer than {size}"
+            f"--size: {version} has {len(templates)} templates with an answerable task{left}, fewer than {size}"
         )
     chosen = [rng.choice(by_template[name]) for name in templates[:size]]
     refs = {f"R{i:02d}": t for i, t in enumerate(chosen, 1)}
@@ -99,6 +102,23 @@ def draw(tasks: list[Task], version: str, size: int, seed: int) -> tuple[Packet,
         tasks=[_packet_task(ref, t) for ref, t in refs.items()],
     )
     return packet, Key(release=version, seed=seed, tasks={ref: t.id for ref, t in refs.items()})
+
+
+def _template(task: Task) -> str:
+    return task.provenance.template_id or task.id
+
+
+def studied_templates(sample: Path, tasks: list[Task]) -> set[str]:
+    """The templates of the release's samples other than `sample` (tasks/study/<version>-seed<N>)."""
+    by_id = {t.id: _template(t) for t in tasks}
+    version = sample.name.rpartition("-seed")[0]
+    found: set[str] = set()
+    for path in sorted(sample.parent.glob(f"{version}-seed*/key.json")):
+        if path.parent == sample:
+            continue
+        key = release.read_model(Key, path, error=ConfigError)
+        found |= {by_id.get(task_id, task_id) for task_id in key.tasks.values()}
+    return found
 
 
 def _packet_task(ref: str, task: Task) -> PacketTask:

@@ -14,7 +14,7 @@ from evalpkg.errors import ConfigError
 from evalpkg.settings import PROJECT_ROOT, Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release
-from evalpkg.testset.study import draw, measure, verdict_counts
+from evalpkg.testset.study import draw, measure, studied_templates, verdict_counts
 
 STUDY = PROJECT_ROOT / "tasks" / "study" / "v7-seed20261203"
 ANSWERS = [STUDY / "reader-a.json", STUDY / "reader-b.json"]
@@ -35,6 +35,21 @@ def test_a_packet_holds_questions_only_and_the_draw_is_the_seeds() -> None:
     }  # the committed sample is this draw
     with pytest.raises(ConfigError, match="--size"):
         draw(rel.tasks, "v7", 10_000, seed=1)
+
+
+def test_a_fresh_sample_leaves_out_the_templates_of_earlier_samples(tmp_path: Path) -> None:
+    """The scorer may have been fixed for the layouts of a studied template: a fresh sample draws from the
+    others, and redrawing a sample does not exclude its own templates."""
+    rel = release.load(PROJECT_ROOT / "tasks", "v7")
+    shutil.copytree(STUDY, tmp_path / "v7-seed20261203")
+    studied = studied_templates(tmp_path / "v7-seed1", rel.tasks)
+    first = {rel.by_id()[tid].provenance.template_id for tid in draw(rel.tasks, "v7", 40, 20261203)[1].tasks.values()}
+    assert studied == first
+    assert studied_templates(tmp_path / "v7-seed20261203", rel.tasks) == set()
+    _, key = draw(rel.tasks, "v7", 40, seed=1, studied=studied)
+    assert not {rel.by_id()[tid].provenance.template_id for tid in key.tasks.values()} & studied
+    with pytest.raises(ConfigError, match="not in an earlier sample"):
+        draw(rel.tasks, "v7", len({t.provenance.template_id for t in rel.tasks}) - 39, seed=1, studied=studied)
 
 
 def test_the_saved_answers_are_measured_and_judged(synced: SyncReport, generated: Settings, tmp_path: Path) -> None:
