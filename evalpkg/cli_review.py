@@ -232,12 +232,17 @@ def annotate(
     version: Annotated[str | None, typer.Option(help="the release to compare with; default: latest")] = None,
     findings: Annotated[bool, typer.Option(help="list every task the annotators disagree on")] = False,
     queue: Annotated[bool, typer.Option(help="measure the review queue's candidates instead (kept on each)")] = False,
+    reference_worlds: Annotated[
+        bool, typer.Option(help="measure in every reference world too (agreement only where it holds in all)")
+    ] = True,
 ) -> None:
-    """Measure a second annotator's agreement with the gold on the snapshot (comparator, per non-technical
-    variant) and keep both under tasks/annotations/ (with --queue: on each candidate of the review queue)."""
+    """Measure a second annotator's agreement with the gold (comparator, per non-technical variant) on the
+    snapshot and in every reference world, and keep both under tasks/annotations/ (with --queue: on each
+    candidate of the review queue, on the snapshot)."""
     from pathlib import Path
 
-    from evalpkg.testset.annotate import load_annotation, measure, save
+    from evalpkg.testset import release, worlds
+    from evalpkg.testset.annotate import load_annotation, measure_in_worlds, save
 
     settings = get_settings()
     annotation = load_annotation(Path(file))
@@ -248,15 +253,19 @@ def annotate(
             assert c.second_annotation is not None
             typer.echo(f"{c.task.id}: agreement {c.second_annotation.agreement:.2f}: {c.second_annotation.detail}")
         return
-    measured = measure(settings, annotation, version, progress=to_stderr)
+    rel = release.load(settings.tasks_dir, version)
+    reference = worlds.WORLDS if reference_worlds else ()
+    (measured,) = measure_in_worlds(settings, [(annotation, rel.tasks)], rel.version, reference, progress=to_stderr)
     save(settings.tasks_dir, annotation, measured)
     for t in measured.disagreements() if findings else []:
         typer.echo(f"{t.task_id}: agreement {t.agreement:.2f}: {t.detail}")
     n, bad = len(measured.annotated()), len(measured.disagreements())
+    on_snapshot = sum(t.per_world[0] == 1.0 for t in measured.annotated())
     to_stderr(
-        f"{annotation.annotator.id} on {measured.version}: {measured.overall():.1%} of the {n} tasks it annotated "
-        f"agree on every non-technical variant; {bad} to arbitrate "
-        "(`evalpkg testset review --arbitrate TASK --outcome ...`)"
+        f"{annotation.annotator.id} on {measured.version}: {on_snapshot} of the {n} tasks it annotated agree on "
+        f"every non-technical variant on the snapshot, {n - bad} ({measured.overall():.1%}) in all "
+        f"{len(measured.worlds)} worlds ({len(measured.coincidences())} agree by coincidence of the snapshot); "
+        f"{bad} to arbitrate (`evalpkg testset review --arbitrate TASK --outcome ...`)"
     )
 
 

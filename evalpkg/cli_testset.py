@@ -325,12 +325,8 @@ def study_measure(
             + ", ".join(f"{v} {n}" for v, n in sorted(c.items()) if v not in ("scorer_fn", "scorer_fp"))
         )
         for ref in r.disagreements():
-            where = [k for k, a in enumerate(r.agreement[ref]) if a < 1.0]
-            first = where[0]
-            typer.echo(
-                f"  {ref}: disagrees in {len(where)}/{len(r.worlds)} (first: {r.worlds[first]}): "
-                f"{r.details[ref][first][:160]}"
-            )
+            where = sum(a < 1.0 for a in r.agreement[ref])
+            typer.echo(f"  {ref}: disagrees in {where}/{len(r.worlds)} worlds; {r.details[ref][:160]}")
 
 
 @app.command("audit-leaks")

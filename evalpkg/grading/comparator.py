@@ -20,7 +20,11 @@ fractions, however close within the task's tolerance; periods are compared as pe
 (quarters too). Kept: the coarser-precision rule (two significant figures), since a computed 0.70 reaches
 the grader as 0.7 and a wrong answer ending in 0 would pass for a rounded right one (0.7 for 0.71 stays a
 miss). Added in 6: a comparison of two periods may be answered as a period series (one row per period under
-one column of the measure's kind: the months '2022-03', '2022-04' for zy_prev, zy_this; cross.py).
+one column of the measure's kind: the months '2022-03', '2022-04' for zy_prev, zy_this; cross.py); row
+labels are read through the label normaliser as the gold's labels (an entry's code, its name in the other
+language, the name decorated with either, a quarter labelled by its first month), and a row of a group the
+gold does not list with every number 0 or NULL is neutral (relabel.py); a long form may carry other numbers
+per cell (the count beside each asked mean; pivot.py).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from evalpkg.grading import ties
 from evalpkg.grading.comparator import match, order_key_columns, tie_groups
 from evalpkg.grading.labels import Labels
 from evalpkg.grading.pivot import relayouts
+from evalpkg.grading.relabel import relabelled
 from evalpkg.grading.summary import without_summary_rows
 from evalpkg.sql.executor import ReadOnlyExecutor, jsonable
 from evalpkg.sql.vocabulary import RATE
@@ -196,6 +197,11 @@ def gold_match(
         for ordered in gold.acceptable(gold_sql, task.result.order_matters):
             graded, graded_columns = _graded_view(ordered.rows, columns, keep)
             if _matches(task, seen, seen_columns, graded, graded_columns, ordered.groups):
+                return True, ordered.rows, columns
+            relabelled_rows = relabelled(seen, graded, graded_columns, gold.labels, ordered=ordered.groups is not None)
+            if relabelled_rows is not None and _matches(
+                task, relabelled_rows, seen_columns, graded, graded_columns, ordered.groups
+            ):
                 return True, ordered.rows, columns
         graded, graded_columns = _graded_view(rows, columns, keep)
         if _pivot_matches(task, seen, seen_columns, graded, graded_columns, gold.labels):

@@ -180,8 +180,9 @@ def _numeric_columns(columns: list[tuple[Any, ...]]) -> list[int]:
 
 
 def _key_choices(columns: list[tuple[Any, ...]], label_col: int, value_col: int) -> list[list[int]]:
-    """The columns that key a wide row: every other one, or, where some hold fractions (a share beside the
-    count, per cell rather than per key), those without them."""
+    """The columns that key a wide row: every other one; where some hold fractions (a share beside the
+    count, per cell rather than per key), those without them; and the text columns alone (the other numbers
+    per cell: the number of results beside each mean, where only the means are asked)."""
     if value_col == label_col:
         return []
     others = [i for i in range(len(columns)) if i not in (label_col, value_col)]
@@ -190,7 +191,12 @@ def _key_choices(columns: list[tuple[Any, ...]], label_col: int, value_col: int)
         for i in others
         if not any(isinstance(v, float | decimal.Decimal) and label_text(v) is None for v in columns[i])
     ]
-    return [others] if whole == others else [others, whole]
+    texts = [i for i in others if all(v is None or isinstance(v, str) for v in columns[i])]
+    choices: list[list[int]] = []
+    for keys in (others, whole, texts):
+        if keys not in choices:
+            choices.append(keys)
+    return choices
 
 
 def _widened(

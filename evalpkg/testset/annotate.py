@@ -24,7 +24,7 @@ from evalpkg.errors import DataError, QueryError, UsageError
 from evalpkg.grading.comparator import COMPARATOR_VERSION
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
-from evalpkg.testset import release
+from evalpkg.testset import release, worlds
 from evalpkg.testset.build import render
 from evalpkg.testset.gold import agent_connection, gold_executor, snapshot_version
 from evalpkg.testset.models import Annotator, Complexity, Task
@@ -59,8 +59,9 @@ class Annotation(BaseModel):
 
 class TaskAgreement(BaseModel):
     task_id: str
-    agreement: float  # share of the non-technical variants on which both results match
-    detail: str  # what differed, or "match"
+    agreement: float  # share of the non-technical variants on which both results match (the least, in worlds)
+    detail: str  # what differed (where first measured in several worlds: "<world>: ..."), or "match"
+    per_world: list[float] = []  # in each of the file's `worlds`, where measured in several
 
 
 class AgreementFile(BaseModel):
@@ -71,6 +72,11 @@ class AgreementFile(BaseModel):
     measured_at: str
     tasks: list[TaskAgreement]
     comparator_version: int | None = None  # the rules it was measured by (None: before v4 recorded it)
+    worlds: list[str] = []  # "snapshot", then each reference world, where measured in several
+
+    def coincidences(self) -> list[TaskAgreement]:
+        """Tasks that agree on the snapshot and not in some reference world: agreement by coincidence."""
+        return [t for t in self.annotated() if t.per_world and t.per_world[0] == 1.0 and t.agreement < 1.0]
 
     def annotated(self) -> list[TaskAgreement]:
         """The tasks the annotator wrote for (an annotation may cover some templates only)."""
@@ -138,6 +144,36 @@ def measure_tasks(
         tasks=results,
         comparator_version=COMPARATOR_VERSION,
     )
+
+
+def measure_in_worlds(
+    settings: Settings,
+    annotations: list[tuple[Annotation, list[Task]]],
+    version: str,
+    reference: tuple[worlds.World, ...] = worlds.WORLDS,
+    *,
+    progress: Progress = quiet,
+) -> list[AgreementFile]:
+    """Each annotation measured on the snapshot and in every reference world (each world opened once for
+    all of them); a task agrees only where it agrees in every world."""
+    measured = [[measure_tasks(settings, a, tasks, version, progress=progress)] for a, tasks in annotations]
+    for _, scratch in worlds.each(settings, reference, progress=progress):
+        for files, (a, tasks) in zip(measured, annotations, strict=True):
+            files.append(measure_tasks(scratch, a, tasks, version, progress=progress))
+    labels = ["snapshot", *(w.label() for w in reference)]
+    return [_in_every_world(files, labels) for files in measured]
+
+
+def _in_every_world(files: list[AgreementFile], labels: list[str]) -> AgreementFile:
+    tasks = []
+    for per_world in zip(*(f.tasks for f in files), strict=True):
+        first = next((k for k, t in enumerate(per_world) if t.agreement < 1.0), 0)  # the first world it differs in
+        detail = per_world[first].detail if first == 0 else f"{labels[first]}: {per_world[first].detail}"
+        agreements = [t.agreement for t in per_world]
+        tasks.append(
+            TaskAgreement(task_id=per_world[0].task_id, agreement=min(agreements), detail=detail, per_world=agreements)
+        )
+    return files[0].model_copy(update={"tasks": tasks, "worlds": labels})
 
 
 def remeasured(settings: Settings) -> list[AgreementFile]:

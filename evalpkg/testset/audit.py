@@ -241,6 +241,32 @@ def _side(column: str) -> tuple[str, str] | None:
 _SIDE_WORDS = {"prev": "prev", "previous": "prev", "last": "prev", "this": "this", "cur": "this", "current": "this"}
 
 
+def _label_columns(g: Gold) -> list[int]:
+    """Text columns of two or more distinct labels that are no period (a group, a category)."""
+    return [
+        j
+        for j in _columns_where(g, lambda vs: all(isinstance(v, str) for v in vs) and len(set(vs)) > 1)
+        if not PERIOD_NAME.search(g.columns[j])
+    ]
+
+
+def labels_decorated(g: Gold) -> Layout | None:
+    """Each group label written with a note after it ('心血管内科 (ksmc)'), as 'Cardiology (心血管内科)' is."""
+    labels = _label_columns(g)
+    if not labels:
+        return None
+    return [[f"{v} ({g.columns[j]})" if j in labels else v for j, v in enumerate(r)] for r in g.rows], g.columns
+
+
+def zero_row_added(g: Gold) -> Layout | None:
+    """A group the gold does not list, with nothing in it (every number 0), where order does not matter."""
+    labels = _label_columns(g)
+    if not labels or g.groups is not None or not (_ints(g) or _floats(g)):
+        return None
+    extra = [("Other" if j in labels else 0 if _numeric(v) else None) for j, v in enumerate(g.rows[0])]
+    return [*g.rows, extra], g.columns
+
+
 # Mutations: a grader rejects each.
 
 
@@ -268,6 +294,20 @@ def rows_out_of_order(g: Gold) -> Layout | None:
     rows = list(g.rows)
     rows[cut - 1], rows[cut] = rows[cut], rows[cut - 1]
     return rows, g.columns
+
+
+def labels_swapped(g: Gold) -> Layout | None:
+    """The labels of two groups with different numbers exchanged: each number under the other's name."""
+    for j in _label_columns(g):
+        for a in range(len(g.rows)):
+            for b in range(a + 1, len(g.rows)):
+                ra, rb = g.rows[a], g.rows[b]
+                rest_a, rest_b = ([v for k, v in enumerate(r) if k != j] for r in (ra, rb))
+                if ra[j] != rb[j] and rest_a != rest_b:
+                    rows = [list(r) for r in g.rows]
+                    rows[a][j], rows[b][j] = rb[j], ra[j]
+                    return rows, g.columns
+    return None
 
 
 def row_dropped(g: Gold) -> Layout | None:
@@ -320,6 +360,8 @@ LAYOUTS: dict[str, Transform] = {
         total_row,
         periods_spelt_out,
         period_series,
+        labels_decorated,
+        zero_row_added,
         long_form_zh,
         long_form_en,
         long_form_column_names,
@@ -334,6 +376,7 @@ MUTATIONS: dict[str, Transform] = {
         row_dropped,
         row_added,
         row_duplicated,
+        labels_swapped,
         unit_not_converted,
         count_for_fraction,
         empty_result,

@@ -20,7 +20,7 @@ from evalpkg.errors import ConfigError
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.testset import release, worlds
-from evalpkg.testset.annotate import AgreementFile, Annotation, Written, measure_tasks
+from evalpkg.testset.annotate import Annotation, Written, measure_in_worlds
 from evalpkg.testset.models import Annotator, Complexity, Task
 
 STUDY_FORMAT_VERSION: Final = 1
@@ -165,7 +165,7 @@ class ReaderResult(BaseModel):
     reader: str
     worlds: list[str]  # "snapshot", then each reference world's label
     agreement: dict[str, list[float]]  # ref -> agreement in each of `worlds`
-    details: dict[str, list[str]]  # ref -> the comparator's detail in each of `worlds`
+    details: dict[str, str]  # ref -> the comparator's detail (where it differs: in the first world it does)
 
     def disagreements(self) -> list[str]:
         """The references whose answer disagrees with the gold in at least one world."""
@@ -185,20 +185,16 @@ def measure(
     tasks = rel.by_id()
     readers = [annotation_of(load_answers(p), key, tasks) for p in answer_files]
     refs = {tid: ref for ref, tid in key.tasks.items()}
-    results = [ReaderResult(reader=a.annotator.id, worlds=[], agreement={}, details={}) for a, _ in readers]
-
-    def record(label: str, where: Settings) -> None:
-        for (annotation, sampled), result in zip(readers, results, strict=True):
-            measured: AgreementFile = measure_tasks(where, annotation, sampled, key.release, progress=progress)
-            result.worlds.append(label)
-            for t in measured.tasks:
-                result.agreement.setdefault(refs[t.task_id], []).append(t.agreement)
-                result.details.setdefault(refs[t.task_id], []).append(t.detail)
-
-    record("snapshot", settings)
-    for world, scratch in worlds.each(settings, reference, progress=progress):
-        record(world.label(), scratch)
-    return results
+    measured = measure_in_worlds(settings, readers, key.release, reference, progress=progress)
+    return [
+        ReaderResult(
+            reader=m.annotator.id,
+            worlds=m.worlds,
+            agreement={refs[t.task_id]: t.per_world for t in m.tasks},
+            details={refs[t.task_id]: t.detail for t in m.tasks},
+        )
+        for m in measured
+    ]
 
 
 def save_results(folder: Path, results: list[ReaderResult]) -> None:

@@ -1,0 +1,95 @@
+"""Labels as facts (SPEC §9): a prediction's row labels read through the one label normaliser (labels.py)
+as the gold's own labels. A label names the gold label it means or holds: the entry's code or its name in
+the other language ('0101', 'Cardiology' for 心血管内科), the name decorated with the other one
+('Cardiology (心血管内科)', '全院 Hospital-wide'), a period however written, and a quarter labelled by its
+first month in a column named for quarters ('2025-07' as quarter_start is 2025-Q3). Each prediction label
+must name exactly one gold label and no two the same one; a row whose label names none of the gold's and
+whose numbers are all 0 or NULL is a group the question covers with nothing in it (an active department
+with no admission), a neutral row left out. The values are still compared: the labels only say which row
+is which."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from itertools import chain
+from typing import Any
+
+from evalpkg.grading.labels import Labels, label_key, label_text
+from evalpkg.grading.periods import one_year
+
+Rows = Sequence[Sequence[Any]]
+MAX_DISTINCT = 200  # a column of more distinct labels is an identifier, not a grouping
+_UNNAMED = object()
+_QUARTER_START = re.compile(r"(\d{4})-(01|04|07|10)")
+
+
+def relabelled(
+    pred_rows: Rows, gold_rows: Rows, gold_columns: Sequence[str], labels: Labels, *, ordered: bool = False
+) -> list[list[Any]] | None:
+    """The prediction with each label column written in the gold's labels and its neutral rows left out
+    (kept where order matters: a top N keeps its N); None where no column reads so, or nothing changes."""
+    if not pred_rows or not gold_rows:
+        return None
+    rows = [list(r) for r in pred_rows]
+    gold_texts = [j for j in range(len(gold_columns)) if _is_label_column([r[j] for r in gold_rows])]
+    pred_texts = [k for k in range(len(rows[0])) if _is_label_column([r[k] for r in rows])]
+    unnamed: set[int] = set()  # rows whose label names no gold label
+    used: set[int] = set()
+    for j in gold_texts:
+        gold_labels = list(dict.fromkeys(t for r in gold_rows if (t := label_text(r[j])) is not None))
+        names = [[g, *_other_names(g, gold_columns[j])] for g in gold_labels]
+        for k in pred_texts:
+            if k in used:
+                continue
+            mapping = _mapping([r[k] for r in rows], gold_labels, names, labels)
+            if mapping is not None:
+                used.add(k)
+                for i, r in enumerate(rows):
+                    found = mapping.get(label_text(r[k]), r[k])
+                    if found is _UNNAMED:
+                        unnamed.add(i)
+                    else:
+                        r[k] = found
+                break
+    if not used or (unnamed and ordered) or any(not _all_zero(rows[i], used) for i in unnamed):
+        return None  # an extra row with numbers: a scope the gold does not have
+    kept = [r for i, r in enumerate(rows) if i not in unnamed]
+    return kept if kept != [list(r) for r in pred_rows] else None
+
+
+def _is_label_column(values: list[Any]) -> bool:
+    texts = [v for v in values if v is not None]
+    return bool(texts) and all(isinstance(v, str) for v in texts) and len(set(texts)) <= MAX_DISTINCT
+
+
+def _other_names(label: str, column: str) -> list[str]:
+    """A quarter written as its first month in a column named for quarters also names the quarter."""
+    if "quarter" in column.lower() and (m := _QUARTER_START.fullmatch(label)):
+        return [f"{m[1]}-Q{(int(m[2]) + 2) // 3}"]
+    return []
+
+
+def _mapping(
+    values: list[Any], gold_labels: list[str], names: list[list[str]], labels: Labels
+) -> dict[str | None, Any] | None:
+    """Prediction label -> the gold label it names (or _UNNAMED); None where a label names several, two
+    name one, or none names any."""
+    texts = list(dict.fromkeys(t for v in values if (t := label_text(v)) is not None))
+    year = one_year(map(label_key, chain(texts, gold_labels)))
+    targets = labels.targets(names, year)
+    mapping: dict[str | None, Any] = {}
+    for text in texts:
+        found = targets.named(text)
+        if len(found) > 1:
+            return None
+        mapping[text] = gold_labels[found.pop()] if found else _UNNAMED
+    named = [g for g in mapping.values() if g is not _UNNAMED]
+    if not named or len(set(named)) != len(named):
+        return None
+    return mapping
+
+
+def _all_zero(row: list[Any], label_columns: set[int]) -> bool:
+    numbers = [v for k, v in enumerate(row) if k not in label_columns and not isinstance(v, str)]
+    return all(v is None or (not isinstance(v, bool) and v == 0) for v in numbers)
