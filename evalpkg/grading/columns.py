@@ -17,6 +17,7 @@ import numpy.typing as npt
 from evalpkg.grading.labels import label_key
 from evalpkg.grading.periods import period_ids
 from evalpkg.grading.values import (
+    MAX_DECIMALS,
     UNROUNDED,
     Floats,
     Marker,
@@ -41,6 +42,7 @@ class Column:
     text_length: int | None = None
     has_markers: bool = True
     rate: bool = False  # a gold rate: a prediction may give it as a fraction or as a percentage
+    stated: int | None = None  # the decimals the query wrote its values with (a numeric's scale), where known
     coarser: dict[tuple[int, int], Column] = field(default_factory=dict, repr=False, compare=False)  # rounded()
     rescaled: dict[int, Column] = field(default_factory=dict, repr=False, compare=False)  # as_rate_of()
     units: dict[int, Floats] = field(default_factory=dict, repr=False, compare=False)  # sorted_units()
@@ -75,6 +77,8 @@ class Column:
         rounded 2.50 reads as 2.5). A sample first: most computed float columns are UNROUNDED."""
         if self.numbers is None:
             return 0
+        if self.stated is not None:
+            return self.stated if self.stated <= MAX_DECIMALS else UNROUNDED
         sample = decimals_of(self.numbers[:64])
         return sample if sample == UNROUNDED else decimals_of(self.numbers, sample)
 
@@ -210,16 +214,18 @@ def view(g: Column, p: Column) -> tuple[Column, Column]:
 
 
 def at_coarser_precision(g: Column, p: Column) -> tuple[Column, Column]:
-    """A gold finer than a prediction with decimals, rounded to those where its largest value keeps two
-    significant figures and no other rounds away to 0 (a grader takes 12.3 for 12.34 and 0.8% for 0.79%
-    beside 6.54%, but not 0.1 for 0.12 or 0.0% for 0.04%). Not 0.7 for 0.71 either: the executor hands a
-    computed 0.70 over as 0.7, so a wrong answer that happens to end in 0 would pass for a rounded right one.
-    A prediction finer than the gold is left to the task's tolerance: a float gold does not say whether it
-    was rounded."""
+    """A gold finer than a prediction with decimals, rounded to those where no value rounds away to 0 (a
+    grader takes 12.3 for 12.34 and 0.8% for 0.79%, but not 0.0% for 0.04%). Where the query's own decimals
+    are known (round(x, 1) is stated as one decimal, round(x, 2) as two even at 0.70), the prediction is read
+    at them: 0.7 for 0.74 when it rounded to one, 0.70 against 0.71 when it rounded to two. Where they are not
+    known (a float: a computed 0.70 arrives as 0.7), also only where the gold's largest value keeps two
+    significant figures (not 0.1 for 0.12, nor 0.7 for 0.71). A prediction finer than the gold is left to the
+    task's tolerance: a float gold does not say whether it was rounded."""
     assert g.numbers is not None
     d = p.decimals
     units = np.abs(g.numbers) * 10.0**d
-    if 1 <= d < g.decimals and units.max() >= 10 and ((units == 0) | (units >= 0.5)).all():
+    significant = p.stated is not None or units.max() >= 10
+    if 1 <= d < g.decimals and significant and ((units == 0) | (units >= 0.5)).all():
         return g.rounded(d, like=p), p
     return g, p
 

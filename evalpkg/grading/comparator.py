@@ -95,12 +95,13 @@ def explain(
     pinned: Mapping[int, int] | None = None,
     groups: Sequence[int] | None = None,
     rates: Collection[int] = (),
+    stated: Sequence[int | None] = (),
 ) -> MatchResult:
     """Whether pred matches this gold, and why not. pred None: the agent has no successful result;
     truncated: either result hit the fetch cap, so only a sample of it is at hand; pinned: gold column ->
     the prediction column that carries its name; groups: per gold row, its tie group under the ORDER BY
     (else read from order_keys); rates: gold columns that are a rate, given alike as a fraction or a
-    percentage."""
+    percentage; stated: per prediction column, the decimals its query wrote (None: not known)."""
     if truncated:
         return MatchResult(False, "a result was truncated at the fetch cap; a sample is never compared")
     if pred is None:
@@ -113,6 +114,8 @@ def explain(
     if len(pred_widths) != 1 or pred_widths.pop() < width:
         return MatchResult(False, f"fewer columns than the gold's {width}")
     gold_cols, pred_cols = columns_of(gold), columns_of(pred)
+    for column, decimals in zip(pred_cols, stated, strict=False):
+        column.stated = decimals if column.kind == "float" else None
     for j in rates:
         gold_cols[j].rate = True
     likely = [[p for p, pc in enumerate(pred_cols) if plausible(gc, pc, rel_tol)] for gc in gold_cols]

@@ -158,6 +158,7 @@ def _cells(named: dict[str, set[int]], headers: list[str], keys: list[list[str]]
     is_rate = [any(RATE.search(k) for k in group) for group in keys]
     everything = set().union(*named.values())
     gold_of: dict[tuple[str, int], int] = {}
+    strength: dict[tuple[str, int], int] = {}  # how many telling words of its column a cell's header holds
     for text, among in named.items():
         scope = among if len(among) > 1 else everything
         for h, words in enumerate(terms):
@@ -170,7 +171,15 @@ def _cells(named: dict[str, set[int]], headers: list[str], keys: list[list[str]]
             winners = [j for j, s in score.items() if s == best]
             if len(winners) > 1:
                 return None
+            rival = next(((k, g) for (t, k), g in gold_of.items() if t == text and g == winners[0]), None)
+            if rival is not None:  # two headers name one column: the one holding more of its words names it
+                if strength[text, rival[0]] == best:
+                    return None
+                if strength[text, rival[0]] > best:
+                    continue
+                del gold_of[text, rival[0]]
             gold_of[text, h] = winners[0]
+            strength[text, h] = best
         if len(among) == 1 and not any(named_text == text for named_text, _ in gold_of):
             # The label alone names the fact ('2022-03' is zy_prev where the gold compares two months):
             # its value is the one column of that fact's kind, where no header tells columns apart.

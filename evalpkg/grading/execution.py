@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evalpkg.errors import DataError, QueryError
@@ -13,7 +13,7 @@ from evalpkg.grading.labels import Labels
 from evalpkg.grading.pivot import relayouts
 from evalpkg.grading.relabel import relabelled
 from evalpkg.grading.summary import without_summary_rows
-from evalpkg.sql.executor import ReadOnlyExecutor, jsonable
+from evalpkg.sql.executor import ReadOnlyExecutor, jsonable, stated_decimals
 from evalpkg.sql.vocabulary import RATE
 from evalpkg.testset.models import Complexity, Language, Task
 
@@ -45,7 +45,7 @@ class GoldCache:
             return self._predictions[sql]
         if sql is not None and sql in self._rows:  # a gold's own text: what it returned on this snapshot
             columns, rows = self._rows[sql]
-            return _prediction(columns, rows, capped=False)  # a gold is never capped
+            return prediction_of(columns, rows)  # a gold is never capped
         pred = run_prediction(sql, self.executor)
         if sql is not None and len(pred.rows or ()) <= KEPT_PREDICTION_ROWS:
             self._predictions[sql] = pred
@@ -124,17 +124,17 @@ def rate_columns(task: Task, columns: list[str]) -> list[int]:
     return [j for j, c in enumerate(columns) if RATE.search(f"{c} {meanings.get(c.lower(), '')}")]
 
 
-def _unclaimed(
-    pred: list[list[Any]] | None, pred_columns: list[str], columns: list[str], keep: list[int]
-) -> tuple[list[list[Any]] | None, list[str]]:
+def _unclaimed(pred: Prediction, columns: list[str], keep: list[int]) -> Prediction:
     """The prediction without columns named like a gold column the variant does not ask for: such a column
     claims that meaning, so it cannot stand for an asked one."""
     asked = {columns[j].lower() for j in keep}
     other = {c.lower() for c in columns} - asked
-    stay = [i for i, c in enumerate(pred_columns) if c.lower() not in other]
-    if pred is None or len(stay) == len(pred_columns):
-        return pred, pred_columns
-    return [[r[i] for i in stay] for r in pred], [pred_columns[i] for i in stay]
+    stay = [i for i, c in enumerate(pred.columns) if c.lower() not in other]
+    if pred.rows is None or len(stay) == len(pred.columns):
+        return pred
+    rows = [[r[i] for i in stay] for r in pred.rows]
+    decimals = [pred.decimals[i] for i in stay] if pred.decimals else []
+    return Prediction(pred.status, rows, [pred.columns[i] for i in stay], pred.capped, decimals)
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,7 @@ class Prediction:
     rows: list[list[Any]] | None = None
     columns: list[str] = field(default_factory=list)
     capped: bool = False  # a sample of a larger result: never a match
+    decimals: list[int | None] = field(default_factory=list)  # per column, as its query wrote them
 
 
 def run_prediction(sql: str | None, executor: ReadOnlyExecutor) -> Prediction:
@@ -154,13 +155,17 @@ def run_prediction(sql: str | None, executor: ReadOnlyExecutor) -> Prediction:
         result = executor.run(sql)
     except QueryError:
         return Prediction("failure")
-    return _prediction(result.columns, result.rows, capped=result.capped)
+    return prediction_of(result.columns, result.rows, capped=result.capped, decimals=result.decimals)
 
 
-def _prediction(columns: list[str], rows: list[Any], *, capped: bool) -> Prediction:
-    """A query's result as the scorer reads an agent's: JSON values, empty told apart from failed."""
+def prediction_of(
+    columns: list[str], rows: list[Any], *, capped: bool = False, decimals: list[int | None] | None = None
+) -> Prediction:
+    """A query's result as the scorer reads an agent's: JSON values, the decimals its numerics were written
+    with kept apart (given, or read from the values), empty told apart from failed."""
     kept = [[jsonable(v) for v in r] for r in rows]
-    return Prediction("success" if kept else "success_empty", kept, columns, capped)
+    stated = stated_decimals(rows) if decimals is None else decimals
+    return Prediction("success" if kept else "success_empty", kept, columns, capped, stated)
 
 
 def execution_match(
@@ -192,45 +197,41 @@ def gold_match(
         first = first or (rows, columns)
         if pred.rows is None or pred.capped:
             continue
-        seen, seen_columns = _unclaimed(pred.rows, pred.columns, columns, keep)
-        assert seen is not None
+        seen = _unclaimed(pred, columns, keep)
+        assert seen.rows is not None
         for ordered in gold.acceptable(gold_sql, task.result.order_matters):
             graded, graded_columns = _graded_view(ordered.rows, columns, keep)
-            if _matches(task, seen, seen_columns, graded, graded_columns, ordered.groups):
+            if _matches(task, seen, graded, graded_columns, ordered.groups):
                 return True, ordered.rows, columns
-            relabelled_rows = relabelled(seen, graded, graded_columns, gold.labels, ordered=ordered.groups is not None)
-            if relabelled_rows is not None and _matches(
-                task, relabelled_rows, seen_columns, graded, graded_columns, ordered.groups
-            ):
+            named = relabelled(seen.rows, graded, graded_columns, gold.labels, ordered=ordered.groups is not None)
+            if named is not None and _matches(task, replace(seen, rows=named), graded, graded_columns, ordered.groups):
                 return True, ordered.rows, columns
         graded, graded_columns = _graded_view(rows, columns, keep)
-        if _pivot_matches(task, seen, seen_columns, graded, graded_columns, gold.labels):
+        if _pivot_matches(task, seen.rows, seen.columns, graded, graded_columns, gold.labels):
             return True, rows, columns
     rows_read, columns_read = first if first is not None else (None, [])
     return False, rows_read, columns_read
 
 
 def _matches(
-    task: Task,
-    pred: list[list[Any]],
-    pred_columns: list[str],
-    gold: list[list[Any]],
-    gold_columns: list[str],
-    groups: list[int] | None,
+    task: Task, pred: Prediction, gold: list[list[Any]], gold_columns: list[str], groups: list[int] | None
 ) -> bool:
     """The prediction as laid out, then without the summary rows the gold does not have."""
+    assert pred.rows is not None
     options: dict[str, Any] = {
         "order_matters": groups is not None,
         "groups": groups,
         "rel_tol": task.result.numeric_tolerance,
         "rates": rate_columns(task, gold_columns),
+        "pinned": _pinned(gold_columns, pred.columns),
+        "stated": pred.decimals,
     }
-    if match(pred, gold, pinned=_pinned(gold_columns, pred_columns), **options):
+    if match(pred.rows, gold, **options):
         return True
-    if len(pred) > len(gold) and without_summary_rows(gold) is None:
-        detailed = without_summary_rows(pred, task.result.numeric_tolerance)
+    if len(pred.rows) > len(gold) and without_summary_rows(gold) is None:
+        detailed = without_summary_rows(pred.rows, task.result.numeric_tolerance)
         if detailed is not None and len(detailed) == len(gold):
-            return match(detailed, gold, pinned=_pinned(gold_columns, pred_columns), **options)
+            return match(detailed, gold, **options)
     return False
 
 

@@ -248,7 +248,8 @@ class Targets:
     def named(self, text: str) -> set[int]:
         """The targets a label names: those it means exactly (a shared id) where there are any, else those
         whose names contain one of its aliases, or whose name it contains ('male patients' names 'male'),
-        or the words of whose name it holds ('1 valid HbA1c result' names 'valid result'). Where the label
+        or the words of whose name (or of another name of it) it holds ('1 valid HbA1c result' names 'valid
+        result'). Where the label
         holds the names of several, the most specific (the name of most words) is the one it names: '2
         tested, no valid result' names 'tested no result', not 'valid result'."""
         ids = self.labels.ids(text, self.year)
@@ -257,12 +258,17 @@ class Targets:
             return exact
         own = label_key(text)
         by_alias = self.containing(text, ids)
-        held = {j: n for j, keys in enumerate(self.keys) if (n := _held_words(own, keys))}
+        held = {j: n for j, keys in enumerate(self.keys) if (n := _held_words(own, [*keys, *self._aliases(j)]))}
         if not held:
             return by_alias
         most = max(held.values())
         specific = {j for j, n in held.items() if n == most}
         return specific if most > 1 or not by_alias else by_alias | specific
+
+    def _aliases(self, j: int) -> set[str]:
+        """Every other way to write target j's names (a code's name, a word's English): a label that holds
+        one of them holds the target ('2 impaired fasting glucose (6.1-6.9)' holds 'ifg')."""
+        return self.labels.aliases(self.ids[j], self.year)
 
     def containing(self, text: str, ids: frozenset[str] | None = None) -> set[int]:
         """The targets whose names contain one of the label's aliases ('MZ' is in '上月门诊人次')."""

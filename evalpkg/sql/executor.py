@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -53,6 +53,21 @@ class QueryResult:
     capped: bool  # more rows existed than the cap; only the first cap rows were fetched
     elapsed_ms: float
     total_known: bool = True  # false when counting past the cap was not cheap
+    decimals: list[int | None] = field(default_factory=list)  # per column, see stated_decimals
+
+
+def stated_decimals(rows: list[Any]) -> list[int | None]:
+    """Per column, the decimals its numeric values were written with (round(x, 1) gives 0.7 one, round(x, 2)
+    gives 0.70 two), which a float loses; None for a column without numeric values."""
+    if not rows:
+        return []
+    found: list[int | None] = [None] * len(rows[0])
+    for row in rows:
+        for k, v in enumerate(row):
+            if isinstance(v, decimal.Decimal) and v.is_finite():
+                places = max(0, -int(v.as_tuple().exponent))
+                found[k] = places if found[k] is None else max(found[k] or 0, places)
+    return found
 
 
 def jsonable(value: Any) -> Any:
@@ -250,4 +265,5 @@ class ReadOnlyExecutor:
             raise QueryFailed(first_line(exc)) from exc
         rows = [[jsonable(v) for v in r] for r in got.rows]
         elapsed_ms = (time.perf_counter() - t0) * 1000
-        return QueryResult(got.columns, rows, got.total_rows, got.capped, elapsed_ms, got.total_known)
+        decimals = stated_decimals(got.rows)
+        return QueryResult(got.columns, rows, got.total_rows, got.capped, elapsed_ms, got.total_known, decimals)

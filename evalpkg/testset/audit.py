@@ -13,11 +13,12 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from evalpkg.errors import DataError, QueryError
 from evalpkg.grading.comparator import match
-from evalpkg.grading.execution import GoldCache, Prediction, gold_match, rate_columns
+from evalpkg.grading.execution import GoldCache, gold_match, prediction_of, rate_columns
 from evalpkg.grading.periods import MONTH_NAMES
 from evalpkg.grading.summary import without_summary_rows
 from evalpkg.progress import Progress, quiet
@@ -112,6 +113,20 @@ def rounded_to_2_decimals(g: Gold) -> Layout | None:
 def _roundable(values: list[float]) -> bool:
     units = [abs(v) * 100 for v in values]
     return max(units) >= 10 and all(u == 0 or u >= 0.5 for u in units)
+
+
+def rounded_to_1_by_query(g: Gold) -> Layout | None:
+    """Fractions a query rounded to one decimal (round(x, 1): numerics written with one), where no value
+    rounds to 0: 0.7 for 0.74 is the gold at the precision the answer states."""
+    cols = [j for j in _floats(g) if all(v == 0 or abs(v) * 10 >= 0.5 for v in (r[j] for r in g.rows) if v is not None)]
+    if not cols:
+        return None
+    return [[_written(v, 1) if j in cols and v is not None else v for j, v in enumerate(r)] for r in g.rows], g.columns
+
+
+def _written(value: float, decimals: int) -> Decimal:
+    """A value as a query hands it over after round(value, decimals): a numeric with that many decimals."""
+    return Decimal(repr(value)).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
 
 
 def rate_as_percentage(g: Gold) -> Layout | None:
@@ -310,6 +325,20 @@ def labels_swapped(g: Gold) -> Layout | None:
     return None
 
 
+def coarse_written_as_2dp(g: Gold) -> Layout | None:
+    """A fraction off by more than the tolerance, written to two decimals with a trailing 0 (0.70 for 0.74:
+    a query that computed 0.70 did not round 0.74)."""
+    tol = g.task.result.numeric_tolerance
+    for i, row in enumerate(g.rows):
+        for j in _floats(g):
+            v = row[j]
+            if v is not None and abs(round(v, 1) - v) > max(tol * abs(v), 1e-9) and abs(v) >= 0.05:
+                rows: list[list[Any]] = [list(r) for r in g.rows]
+                rows[i][j] = _written(round(v, 1), 2)
+                return rows, g.columns
+    return None
+
+
 def row_dropped(g: Gold) -> Layout | None:
     return (g.rows[:-1], g.columns) if g.rows else None
 
@@ -356,6 +385,7 @@ LAYOUTS: dict[str, Transform] = {
         tie_reorder,
         integers_as_floats,
         rounded_to_2_decimals,
+        rounded_to_1_by_query,
         rate_as_percentage,
         total_row,
         periods_spelt_out,
@@ -372,6 +402,7 @@ MUTATIONS: dict[str, Transform] = {
     f.__name__: f
     for f in (
         one_number_changed,
+        coarse_written_as_2dp,
         rows_out_of_order,
         row_dropped,
         row_added,
@@ -428,7 +459,7 @@ def audit(tasks: list[Task], executor: ReadOnlyExecutor, progress: Progress = qu
             raise DataError(f"{task.id}: its gold does not run on this snapshot: {exc}") from exc
         for name, layout in _layouts(g, executor):
             result = results[name]
-            accepted = gold_match(task, Prediction("success", *layout), gold)[0]
+            accepted = gold_match(task, prediction_of(layout[1], layout[0]), gold)[0]
             if accepted and result.kind == "mutation" and _explained(g, layout[0], gold):
                 result.explained += 1
                 continue

@@ -338,6 +338,18 @@ VISITS_PRED = [["MZ", 48, 34, -14, -29.2], ["ZY", 4, 15, 11, 275.0], ["TOTAL", 5
         ([["outpatient", 48, 34], ["inpatient", 4, 15]], ["type", "last_month", "current_month"], True, "synonyms"),
         ([["prev", 48, 4], ["this", 34, 15]], ["month", "outpatient", "inpatient"], True, "transposed"),
         ([["上月", 48, 4], ["本月", 34, 15]], ["月份", "门诊", "住院"], True, "transposed, zh"),
+        (
+            [["2025-06", 48, 4, 52], ["2025-07", 34, 15, 49]],
+            ["month", "outpatient_visits", "inpatient_admissions", "total_visits"],
+            True,
+            "months as rows; the total shares 'visits' with outpatient_visits, which holds more of mz's words",
+        ),
+        (
+            [["2025-06", 48, 4, 52], ["2025-07", 34, 15, 49]],
+            ["month", "outpatient", "inpatient_admissions", "outpatient_total"],
+            False,
+            "two headers hold as much of mz's words: ambiguous",
+        ),
         ([["MZ", 4, 15], ["ZY", 48, 34]], VISITS_HEADERS[:3], False, "MZ's numbers swapped with ZY's"),
         ([["MZ", 34, 48], ["ZY", 15, 4]], VISITS_HEADERS[:3], False, "this month's numbers under prev"),
         ([["MZ", 48, 35], ["ZY", 4, 15]], VISITS_HEADERS[:3], False, "a value changed"),

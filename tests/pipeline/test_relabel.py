@@ -1,0 +1,60 @@
+"""Row labels read as the gold's own labels (relabel.py): each case names its reason. Values are not compared
+here, only which gold label each row is; comparator.match compares them afterwards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from evalpkg.grading.comparator import match
+from evalpkg.grading.relabel import relabelled
+
+from .test_comparator_pivots import LABELS
+
+Rows = list[list[Any]]
+GOLD = [["心血管内科", 41, 8.44], ["内分泌科", 5, 11.4], ["消化内科", 5, 6.8]]
+COLUMNS = ["ksmc", "discharges", "avg_los"]
+
+
+@pytest.mark.parametrize(
+    ("pred", "expected", "why"),
+    [
+        (
+            [
+                ["Cardiology (心血管内科)", 41, 8.44],
+                ["Endocrinology (内分泌科)", 5, 11.4],
+                ["Gastroenterology (消化内科)", 5, 6.8],
+            ],
+            True,
+            "en name decorated with zh",
+        ),
+        (
+            [["心血管内科 (0101)", 41, 8.44], ["内分泌科 (0102)", 5, 11.4], ["消化内科 (0104)", 5, 6.8]],
+            True,
+            "zh name decorated with code",
+        ),
+        ([["0101", 41, 8.44], ["0102", 5, 11.4], ["0104", 5, 6.8]], True, "codes"),
+        ([["Cardiology", 41, 8.44], ["Endocrinology", 5, 11.4], ["Gastroenterology", 5, 6.8]], True, "en names"),
+        ([*GOLD, ["骨科", 0, None]], True, "a group with nothing in it is neutral"),
+        ([["Cardiology", 5, 11.4], ["Endocrinology", 41, 8.44], ["Gastroenterology", 5, 6.8]], False, "labels swapped"),
+        ([*GOLD, ["骨科", 3, 7.0]], False, "an extra group with numbers is an extra row"),
+        ([["Cardiology", 41, 8.44], ["Cardiology", 5, 11.4], ["Gastroenterology", 5, 6.8]], False, "one label twice"),
+        ([["x", 41, 8.44], ["y", 5, 11.4], ["z", 5, 6.8]], False, "labels that name nothing"),
+    ],
+)
+def test_labels_are_read_as_the_golds(pred: Rows, expected: bool, why: str) -> None:
+    rows = relabelled(pred, GOLD, COLUMNS, LABELS)
+    assert (rows is not None and match(rows, GOLD)) is expected, why
+
+
+def test_a_quarter_labelled_by_its_first_month() -> None:
+    gold = [["2025-07", 11.08, 7.3]]
+    assert relabelled([["2025-Q3", 11.08, 7.3]], gold, ["quarter_start", "prev", "cur"], LABELS) == gold
+    assert relabelled([["2025-Q2", 11.08, 7.3]], gold, ["quarter_start", "prev", "cur"], LABELS) is None
+    assert relabelled([["2025-Q3", 11.08, 7.3]], gold, ["month", "prev", "cur"], LABELS) is None  # a month
+
+
+def test_a_top_n_keeps_its_n() -> None:
+    """Where order matters, a zero row is a row: the gold's N is the answer's."""
+    assert relabelled([*GOLD, ["骨科", 0, None]], GOLD, COLUMNS, LABELS, ordered=True) is None
