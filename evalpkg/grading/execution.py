@@ -203,7 +203,9 @@ def gold_match(
             graded, graded_columns = _graded_view(ordered.rows, columns, keep)
             if _matches(task, seen, graded, graded_columns, ordered.groups):
                 return True, ordered.rows, columns
-            named = relabelled(seen.rows, graded, graded_columns, gold.labels, ordered=ordered.groups is not None)
+            named = relabelled(
+                seen.rows, seen.columns, graded, graded_columns, gold.labels, limited=ties.has_limit(gold_sql)
+            )
             if named is not None and _matches(task, replace(seen, rows=named), graded, graded_columns, ordered.groups):
                 return True, ordered.rows, columns
         graded, graded_columns = _graded_view(rows, columns, keep)

@@ -2,10 +2,12 @@
 as the gold's own labels. A label names the gold label it means or holds: the entry's code or its name in
 the other language ('0101', 'Cardiology' for 心血管内科), the name decorated with the other one
 ('Cardiology (心血管内科)', '全院 Hospital-wide'), a period however written, and a quarter labelled by its
-first month in a column named for quarters ('2025-07' as quarter_start is 2025-Q3). Each prediction label
+first month in a column named for quarters ('2025-07' as quarter_start is 2025-Q3); whole numbers are labels
+in a column named for a period (a year). Each prediction label
 must name exactly one gold label and no two the same one; a row whose label names none of the gold's and
 whose numbers are all 0 or NULL is a group the question covers with nothing in it (an active department
-with no admission), a neutral row left out. The values are still compared: the labels only say which row
+with no admission, a year of the range asked with no stay), a neutral row left out, except where the
+gold has a LIMIT (a top N keeps its N). The values are still compared: the labels only say which row
 is which."""
 
 from __future__ import annotations
@@ -22,45 +24,64 @@ Rows = Sequence[Sequence[Any]]
 MAX_DISTINCT = 200  # a column of more distinct labels is an identifier, not a grouping
 _UNNAMED = object()
 _QUARTER_START = re.compile(r"(\d{4})-(01|04|07|10)")
+_PERIOD_NAME = re.compile(r"year|quarter|month|年|季|月", re.IGNORECASE)
 
 
 def relabelled(
-    pred_rows: Rows, gold_rows: Rows, gold_columns: Sequence[str], labels: Labels, *, ordered: bool = False
+    pred_rows: Rows,
+    pred_columns: Sequence[str],
+    gold_rows: Rows,
+    gold_columns: Sequence[str],
+    labels: Labels,
+    *,
+    limited: bool = False,
 ) -> list[list[Any]] | None:
     """The prediction with each label column written in the gold's labels and its neutral rows left out
-    (kept where order matters: a top N keeps its N); None where no column reads so, or nothing changes."""
+    (kept where the gold has a LIMIT: a top N keeps its N); None where no column reads so, or nothing
+    changes."""
     if not pred_rows or not gold_rows:
         return None
     rows = [list(r) for r in pred_rows]
-    gold_texts = [j for j in range(len(gold_columns)) if _is_label_column([r[j] for r in gold_rows])]
-    pred_texts = [k for k in range(len(rows[0])) if _is_label_column([r[k] for r in rows])]
+    gold_keys = [j for j in range(len(gold_columns)) if _is_label_column([r[j] for r in gold_rows], gold_columns[j])]
+    pred_keys = [k for k in range(len(rows[0])) if _is_label_column([r[k] for r in rows], _name(pred_columns, k))]
     unnamed: set[int] = set()  # rows whose label names no gold label
     used: set[int] = set()
-    for j in gold_texts:
-        gold_labels = list(dict.fromkeys(t for r in gold_rows if (t := label_text(r[j])) is not None))
+    for j in gold_keys:
+        gold_labels = {t: r[j] for r in gold_rows if (t := label_text(r[j])) is not None}
         names = [[g, *_other_names(g, gold_columns[j])] for g in gold_labels]
-        for k in pred_texts:
+        for k in pred_keys:
             if k in used:
                 continue
-            mapping = _mapping([r[k] for r in rows], gold_labels, names, labels)
+            mapping = _mapping([r[k] for r in rows], list(gold_labels), names, labels)
             if mapping is not None:
                 used.add(k)
                 for i, r in enumerate(rows):
-                    found = mapping.get(label_text(r[k]), r[k])
-                    if found is _UNNAMED:
+                    text = label_text(r[k])
+                    if text is None:
+                        continue  # NULL: a total row, or a group of its own, compared as it is
+                    if (found := mapping[text]) is _UNNAMED:
                         unnamed.add(i)
                     else:
-                        r[k] = found
+                        r[k] = gold_labels[found]
                 break
-    if not used or (unnamed and ordered) or any(not _all_zero(rows[i], used) for i in unnamed):
+    if not used or (unnamed and limited) or any(not _all_zero(rows[i], used) for i in unnamed):
         return None  # an extra row with numbers: a scope the gold does not have
     kept = [r for i, r in enumerate(rows) if i not in unnamed]
     return kept if kept != [list(r) for r in pred_rows] else None
 
 
-def _is_label_column(values: list[Any]) -> bool:
-    texts = [v for v in values if v is not None]
-    return bool(texts) and all(isinstance(v, str) for v in texts) and len(set(texts)) <= MAX_DISTINCT
+def _name(columns: Sequence[str], k: int) -> str:
+    return columns[k] if k < len(columns) else ""
+
+
+def _is_label_column(values: list[Any], name: str) -> bool:
+    """Text labels, or whole numbers in a column named for a period (the year 2020)."""
+    present = [v for v in values if v is not None]
+    if not present or len(set(map(str, present))) > MAX_DISTINCT:
+        return False
+    if all(isinstance(v, str) for v in present):
+        return True
+    return bool(_PERIOD_NAME.search(name)) and all(type(v) is int for v in present)
 
 
 def _other_names(label: str, column: str) -> list[str]:

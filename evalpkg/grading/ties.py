@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from itertools import combinations
 from typing import Any
 
@@ -114,6 +115,16 @@ def _limit(tree: exp.Select) -> int | None:
         return None
     count = limit.expression if isinstance(limit, exp.Limit) else limit.args.get("count")
     return int(count.this) if isinstance(count, exp.Literal) and count.is_int else None
+
+
+@cache
+def has_limit(sql: str) -> bool:
+    """Whether the query keeps only its first rows (LIMIT / FETCH FIRST): a top N."""
+    try:
+        tree = sqlglot.parse_one(sql, read="postgres")
+    except sqlglot.errors.ParseError:
+        return True  # unknown: keep every row the prediction has
+    return isinstance(tree, exp.Query) and tree.args.get("limit") is not None
 
 
 def significant_keys(names: list[str], values: list[list[Any]]) -> int:

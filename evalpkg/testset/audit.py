@@ -17,6 +17,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from evalpkg.errors import DataError, QueryError
+from evalpkg.grading import ties
 from evalpkg.grading.comparator import match
 from evalpkg.grading.execution import GoldCache, gold_match, prediction_of, rate_columns
 from evalpkg.grading.periods import MONTH_NAMES
@@ -274,9 +275,9 @@ def labels_decorated(g: Gold) -> Layout | None:
 
 
 def zero_row_added(g: Gold) -> Layout | None:
-    """A group the gold does not list, with nothing in it (every number 0), where order does not matter."""
+    """A group the gold does not list, with nothing in it (every number 0), where the gold is no top N."""
     labels = _label_columns(g)
-    if not labels or g.groups is not None or not (_ints(g) or _floats(g)):
+    if not labels or ties.has_limit(g.sql) or not (_ints(g) or _floats(g)):
         return None
     extra = [("Other" if j in labels else 0 if _numeric(v) else None) for j, v in enumerate(g.rows[0])]
     return [*g.rows, extra], g.columns

@@ -1,7 +1,8 @@
 """`evalpkg testset migrate --from vN`: the next release is vN with every task re-rendered from its template:
 outputs and its variants' asks (issue 9: a variant is graded on the outputs it asks for), and the variant
 texts where the template was reworded; a task whose parameters the template now withdraws (clinical review)
-is removed. Nothing else changes: golds (alternative golds included), tags and review records stay. Ticket
+is removed; where a template carries readings (several golds), the task's golds (and each turn's) are the
+template's. Nothing else changes: other golds (arbitrated alternatives included), tags and review records stay. Ticket
 tasks grade every gold column, asked by every variant. Checked on the eval DB: each variant is answered by
 a gold.
 """
@@ -36,6 +37,7 @@ class Migration:
     narrower: int = 0  # variants asking for fewer columns than their gold returns
     reworded: int = 0  # variants whose text was re-rendered from a reworded template
     wordings: set[tuple[str, str, str]] = field(default_factory=set)  # (template, language, complexity) reworded
+    readings: int = 0  # tasks whose golds were re-rendered from a template that carries readings
 
     def summary(self) -> str:
         parts = []
@@ -58,6 +60,12 @@ class Migration:
                 f"{self.reworded} question variants re-rendered from {len(self.wordings)} reworded template "
                 f"wordings in {len(templates)} templates ({', '.join(templates)}), with each task's own "
                 f"parameters{': ' + self.reason if self.reason else ''}."
+            )
+        if self.readings:
+            parts.append(
+                f"Golds as readings: {self.readings} tasks take their golds from templates that now carry each "
+                "defensible reading of their question as a gold of its own, written and checked by the project "
+                "(they replace arbitrated alternatives copied from an annotation)."
             )
         if self.removed:
             parts.append(
@@ -112,7 +120,17 @@ def _migrate_task(
         outputs, variants, why = _ticket_outputs(task, columns)
     else:
         outputs, variants, why = _template_outputs(task, templates, domain, plan)
-    update = {"format_version": max(task.format_version, OUTPUTS_FORMAT), "outputs": outputs, "variants": variants}
+    update: dict[str, object] = {
+        "format_version": max(task.format_version, OUTPUTS_FORMAT),
+        "outputs": outputs,
+        "variants": variants,
+    }
+    if task.provenance.source != "ticket":
+        readings, said = _readings(task, _rendered(task, _template(task, templates), domain))
+        update |= readings
+        if said:
+            plan.readings += 1
+            why = f"{why}; {said}" if why else said
     new = Task.model_validate(task.model_copy(update=update).model_dump())
     if problems := output_problems(new, columns):
         raise DataError(f"{problems[0]} (fix the template's outputs or asks)")
@@ -146,10 +164,7 @@ def _template_outputs(
     task: Task, templates: dict[str, Template], domain: dict[str, list[Value]], plan: Migration
 ) -> tuple[list[Output], list[QuestionVariant], str]:
     t = _template(task, templates)
-    fresh = instantiate(t, chosen(domain, task.provenance.params, task.id), int(task.id.rsplit("-", 1)[1]))
-    # alternative golds (arbitration) follow the template's
-    if fresh.id != task.id or fresh.gold_sql != task.gold_sql[: len(fresh.gold_sql)]:
-        raise DataError(f"{task.id}: template {t.id} no longer renders this task's gold SQL; cannot migrate it")
+    fresh = _rendered(task, t, domain)
     variants, reworded, narrower = [], [], []
     for v in task.variants:
         now = fresh.variant(v.language, v.complexity)
@@ -170,6 +185,38 @@ def _template_outputs(
     if reworded:
         why += f"; reworded to ask for what the gold returns: {', '.join(reworded)}"
     return list(fresh.outputs), variants, why
+
+
+def _rendered(task: Task, template: Template, domain: dict[str, list[Value]]) -> Task:
+    fresh = instantiate(template, chosen(domain, task.provenance.params, task.id), int(task.id.rsplit("-", 1)[1]))
+
+    def firsts(t: Task) -> list[list[str]]:
+        return [t.gold_sql[:1], *(turn.gold_sql[:1] for turn in t.turns)]
+
+    if fresh.id != task.id or firsts(fresh) != firsts(task):
+        raise DataError(f"{task.id}: template {template.id} no longer renders this task's gold SQL; cannot migrate it")
+    return fresh
+
+
+def _readings(task: Task, fresh: Task) -> tuple[dict[str, object], str]:
+    """The task's golds (and each turn's) as its template writes them where the template carries readings
+    (several golds): those replace the task's alternatives, which an arbitration copied from an annotator with
+    the annotator's slips. Where the template writes one gold, the task keeps its own alternatives."""
+    update: dict[str, object] = {}
+    if len(fresh.gold_sql) > 1 and fresh.gold_sql != task.gold_sql:
+        update["gold_sql"] = list(fresh.gold_sql)
+    turns = [
+        turn.model_copy(update={"gold_sql": list(new.gold_sql)})
+        if len(new.gold_sql) > 1 and new.gold_sql != turn.gold_sql
+        else turn
+        for turn, new in zip(task.turns, fresh.turns, strict=True)
+    ]
+    if turns != task.turns:
+        update["turns"] = turns
+    if not update:
+        return update, ""
+    counts = [len(fresh.gold_sql), *(len(t.gold_sql) for t in fresh.turns if t.gold_sql)]
+    return update, f"readings from the template: {' + '.join(map(str, counts))} golds (turn by turn)"
 
 
 def _ticket_outputs(task: Task, columns: list[list[str]]) -> tuple[list[Output], list[QuestionVariant], str]:

@@ -44,17 +44,26 @@ COLUMNS = ["ksmc", "discharges", "avg_los"]
     ],
 )
 def test_labels_are_read_as_the_golds(pred: Rows, expected: bool, why: str) -> None:
-    rows = relabelled(pred, GOLD, COLUMNS, LABELS)
+    rows = relabelled(pred, COLUMNS, GOLD, COLUMNS, LABELS)
     assert (rows is not None and match(rows, GOLD)) is expected, why
 
 
 def test_a_quarter_labelled_by_its_first_month() -> None:
-    gold = [["2025-07", 11.08, 7.3]]
-    assert relabelled([["2025-Q3", 11.08, 7.3]], gold, ["quarter_start", "prev", "cur"], LABELS) == gold
-    assert relabelled([["2025-Q2", 11.08, 7.3]], gold, ["quarter_start", "prev", "cur"], LABELS) is None
-    assert relabelled([["2025-Q3", 11.08, 7.3]], gold, ["month", "prev", "cur"], LABELS) is None  # a month
+    gold, pred = [["2025-07", 11.08, 7.3]], ["quarter", "prev", "cur"]
+    assert relabelled([["2025-Q3", 11.08, 7.3]], pred, gold, ["quarter_start", "prev", "cur"], LABELS) == gold
+    assert relabelled([["2025-Q2", 11.08, 7.3]], pred, gold, ["quarter_start", "prev", "cur"], LABELS) is None
+    assert relabelled([["2025-Q3", 11.08, 7.3]], pred, gold, ["month", "prev", "cur"], LABELS) is None  # a month
+
+
+def test_a_year_of_the_range_with_nothing_in_it() -> None:
+    """Years are labels in a column named for them: 2020 with 0 stays is a year the question covers."""
+    gold = [[2021, 7], [2022, 6]]
+    pred = [[2020, 0], [2021, 7], [2022, 6]]
+    assert relabelled(pred, ["year", "admissions"], gold, ["year", "admissions"], LABELS) == gold
+    assert relabelled([[2020, 3], *pred[1:]], ["year", "admissions"], gold, ["year", "admissions"], LABELS) is None
+    assert relabelled(pred, ["n", "admissions"], gold, ["n", "admissions"], LABELS) is None  # no period: no label
 
 
 def test_a_top_n_keeps_its_n() -> None:
     """Where order matters, a zero row is a row: the gold's N is the answer's."""
-    assert relabelled([*GOLD, ["骨科", 0, None]], GOLD, COLUMNS, LABELS, ordered=True) is None
+    assert relabelled([*GOLD, ["骨科", 0, None]], COLUMNS, GOLD, COLUMNS, LABELS, limited=True) is None
