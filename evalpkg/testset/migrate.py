@@ -130,7 +130,7 @@ def _migrate_task(
         update |= readings
         if said:
             plan.readings += 1
-            why = f"{why}; {said}" if why else said
+            why = "; ".join(filter(None, [why, said]))
     new = Task.model_validate(task.model_copy(update=update).model_dump())
     if problems := output_problems(new, columns):
         raise DataError(f"{problems[0]} (fix the template's outputs or asks)")
@@ -176,7 +176,8 @@ def _template_outputs(
             narrower.append(f"{label} ({len(now.asks)} of {len(fresh.outputs)})")
     plan.reworded += len(reworded)
     if task.outputs:  # declared by an earlier migrate: only the wording can have changed
-        return list(fresh.outputs), variants, f"re-rendered from the reworded template {t.id}: {', '.join(reworded)}"
+        why = f"re-rendered from the reworded template {t.id}: {', '.join(reworded)}" if reworded else ""
+        return list(fresh.outputs), variants, why
     if not fresh.outputs:
         return [], variants, f"format {OUTPUTS_FORMAT}; no outputs (unanswerable)"
     why = f"outputs {', '.join(o.name for o in fresh.outputs)} from template {t.id}"
@@ -216,7 +217,8 @@ def _readings(task: Task, fresh: Task) -> tuple[dict[str, object], str]:
     if not update:
         return update, ""
     counts = [len(fresh.gold_sql), *(len(t.gold_sql) for t in fresh.turns if t.gold_sql)]
-    return update, f"readings from the template: {' + '.join(map(str, counts))} golds (turn by turn)"
+    per_turn = ", ".join(f"turn {i}: {n}" for i, n in enumerate(counts))
+    return update, f"golds from the template's readings ({per_turn if len(counts) > 1 else counts[0]})"
 
 
 def _ticket_outputs(task: Task, columns: list[list[str]]) -> tuple[list[Output], list[QuestionVariant], str]:
