@@ -5,8 +5,9 @@ order and names don't matter; found by assignment, identical columns interchange
 gold's ORDER BY order only where order matters (ties on the keys in any order); integers exact; fractional
 numbers within the task's relative tolerance, rows paired by a proper matching, and a gold written to more
 decimals than a prediction with at least one is rounded to the prediction's (the question rarely says how
-to round) where its largest value keeps two significant figures and no value becomes 0 (12.3 for 12.34,
-not 0.1 for 0.12; a gold ending in 5 may round either way); a gold column of fractions (a rate, a mean)
+to round) where no value becomes 0 and, unless the prediction's query stated its decimals (a numeric's
+scale: round(x, 1)), its largest value keeps two significant figures (12.3 for 12.34, 0.7 for 0.74 from
+round(x, 1), not 0.1 for 0.12 from a float; a gold ending in 5 may round either way); a gold column of fractions (a rate, a mean)
 is never stood for by whole numbers (a count); a period as one period however written (a month or quarter
 number within the one year the other side's labels name, 'YYYY-MM', 'Jan 2024', '2020-Q1', a date or
 midnight on the 1st); booleans = 't'/'f'/'true'/
@@ -17,14 +18,15 @@ where its LIMIT cuts a tie any choice of the tied rows is accepted (ties.py); a 
 rows it covers) may be added or left out (summary.py); summation noise below 1e-9 is no difference; a rate
 may be written as a fraction or a percentage. Changed in 5: whole numbers never stand for a column of
 fractions, however close within the task's tolerance; periods are compared as period ids however written
-(quarters too). Kept: the coarser-precision rule (two significant figures), since a computed 0.70 reaches
-the grader as 0.7 and a wrong answer ending in 0 would pass for a rounded right one (0.7 for 0.71 stays a
-miss). Added in 6: a comparison of two periods may be answered as a period series (one row per period under
+(quarters too). Added in 6: a comparison of two periods may be answered as a period series (one row per period under
 one column of the measure's kind: the months '2022-03', '2022-04' for zy_prev, zy_this; cross.py); row
 labels are read through the label normaliser as the gold's labels (an entry's code, its name in the other
-language, the name decorated with either, a quarter labelled by its first month), and a row of a group the
-gold does not list with every number 0 or NULL is neutral (relabel.py); a long form may carry other numbers
-per cell (the count beside each asked mean; pivot.py).
+language, the name decorated with either or written as two names of one entry ('男 male'), a quarter
+labelled by its first month, a year), and a row of a group the gold does not list with every number 0 or
+NULL is neutral unless the gold is a top N (relabel.py); a long form may carry other numbers per cell (the
+count beside each asked mean; pivot.py); in a cross the header holding more of a column's words names it,
+and a header it outdid names the label's one fact left (cross.py); a coarser prediction is read at the
+decimals its query wrote (the numeric's scale, kept beside the float).
 """
 
 from __future__ import annotations

@@ -159,6 +159,7 @@ def _cells(named: dict[str, set[int]], headers: list[str], keys: list[list[str]]
     everything = set().union(*named.values())
     gold_of: dict[tuple[str, int], int] = {}
     strength: dict[tuple[str, int], int] = {}  # how many telling words of its column a cell's header holds
+    outdone: set[int] = set()  # headers of this label whose column a header holding more of its words took
     for text, among in named.items():
         scope = among if len(among) > 1 else everything
         for h, words in enumerate(terms):
@@ -176,17 +177,22 @@ def _cells(named: dict[str, set[int]], headers: list[str], keys: list[list[str]]
                 if strength[text, rival[0]] == best:
                     return None
                 if strength[text, rival[0]] > best:
+                    outdone.add(h)
                     continue
                 del gold_of[text, rival[0]]
+                outdone.add(rival[0])
             gold_of[text, h] = winners[0]
             strength[text, h] = best
-        if len(among) == 1 and not any(named_text == text for named_text, _ in gold_of):
-            # The label alone names the fact ('2022-03' is zy_prev where the gold compares two months):
-            # its value is the one column of that fact's kind, where no header tells columns apart.
-            (j,) = among
-            kind = [h for h in range(len(headers)) if rates[h] == is_rate[j]]
+        taken = {j for (t, _), j in gold_of.items() if t == text}
+        if len(left := [j for j in among if j not in taken]) == 1:
+            # The label's last fact takes the one header of its kind left: where the label alone names it
+            # ('2022-03' is zy_prev where the gold compares two months), any header; else one that spoke of
+            # the label's facts but was outdone ('wbc_results' beside 'abnormal_results' is the tests).
+            candidates = range(len(headers)) if len(among) == 1 else outdone
+            kind = [h for h in candidates if rates[h] == is_rate[left[0]] and (text, h) not in gold_of]
             if len(kind) == 1:
-                gold_of[text, kind[0]] = j
+                gold_of[text, kind[0]] = left[0]
+        outdone.clear()
     if len(gold_of) < 2 or len(set(gold_of.values())) < len(gold_of):
         return None
     return gold_of

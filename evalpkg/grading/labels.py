@@ -192,9 +192,17 @@ class Labels:
         return cls.from_rows(dictionary, fetch(CODE_MAPPING_QUERY))
 
     def ids(self, text: str, year: str | None = None) -> frozenset[str]:
-        """What the label means: its own text, dictionary entries, a period (one without a year in `year`)."""
+        """What the label means: its own text, dictionary entries, a period (one without a year in `year`);
+        a label written as two or more names of one entry ('男 male', 'Cardiology (心血管内科)', '心血管内科
+        (0101)') means that entry."""
         key = label_key(text)
-        return self._ids.get(key, frozenset()) | period_ids(key, year) | {f"={key}"}
+        return (self._ids.get(key) or self._one_entry(key)) | period_ids(key, year) | {f"={key}"}
+
+    def _one_entry(self, key: str) -> frozenset[str]:
+        parts = [p for p in _PARTS.split(key) if p]
+        if len(parts) < 2:
+            return frozenset()
+        return frozenset.intersection(*(self._ids.get(p, frozenset()) for p in parts))  # what every part means
 
     def aliases(self, ids: Iterable[str], year: str | None = None) -> set[str]:
         """Every key that writes one of these ids and may be found inside a longer name."""
@@ -222,6 +230,7 @@ class Labels:
 
 
 _ASCII_WORD = re.compile(r"[a-z0-9]+")
+_PARTS = re.compile(r"[\s()（）\[\]/|,，:：]+")  # what separates the names in 'Cardiology (心血管内科)'
 
 
 def _held_words(own: str, keys: Sequence[str]) -> int:

@@ -57,6 +57,8 @@ SEX_NAMES = [
         ([["Male", 10], ["FEMALE", 12], ["Unknown", 1]], True, "labels are case-folded"),
         ([["男性", 10], ["女性", 12], ["未知", 1]], True, "zh variants of the code words"),
         ([["male patients", 10], ["female patients", 12], ["unknown", 1]], True, "labels as the outputs' meanings"),
+        ([["男 male", 10], ["女 female", 12], ["未知 unknown", 1]], True, "two names of one entry"),
+        ([["男 female", 10], ["女 male", 12], ["未知 unknown", 1]], False, "two names of two entries"),
         ([[1, 10], [2, 12], [0, 1]], True, "xb codes as integers"),
         ([["0", 1], ["2", 12], ["1", 10]], True, "xb codes as text, rows in any order"),
         ([["男", 10, 0.43], ["女", 12, 0.52], ["未知", 1, 0.04]], True, "a share beside each count is an extra column"),
@@ -426,6 +428,20 @@ LAB_PRED = [["2023-02", 18, 7, 38.89], ["2023-03", 18, 3, 16.67]]
         ([["2023-02", 18, 7], ["2023-03", 18, 3]], ["month", "n", "m"], LAB_ASKED, False, "headers that say nothing"),
         ([["2023-02", 7], ["2023-03", 3]], LAB_HEADERS[::2], LAB_ASKED, False, "the tests missing"),
         (LAB_PRED, ["month", "n_tests", "n_abnormal", "abnormal_tests"], LAB_ASKED, False, "an ambiguous header"),
+        (
+            LAB_PRED,
+            ["month", "wbc_results", "abnormal_results", "abnormal_pct"],
+            LAB_ASKED,
+            True,
+            "'wbc_results' outdone by 'abnormal_results' for the abnormal count is the tests, the count left",
+        ),
+        (
+            [["2023-02", 7, 18, 38.89], ["2023-03", 3, 18, 16.67]],
+            ["month", "wbc_results", "abnormal_results", "abnormal_pct"],
+            LAB_ASKED,
+            False,
+            "the same headers over swapped counts",
+        ),
     ],
 )
 def test_cross_of_consecutive_months_and_measures(
