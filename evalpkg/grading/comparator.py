@@ -1,32 +1,30 @@
-"""Execution match (SPEC §9): "correct" means what a careful human grader accepts, and nothing more lenient.
-
-Rules of COMPARATOR_VERSION 6: every gold column needs its own prediction column (extra columns, column
-order and names don't matter; found by assignment, identical columns interchangeable); rows are bags, in the
-gold's ORDER BY order only where order matters (ties on the keys in any order); integers exact; fractional
-numbers within the task's relative tolerance, rows paired by a proper matching, and a gold written to more
-decimals than a prediction with at least one is rounded to the prediction's (the question rarely says how
-to round) where no value becomes 0 and, unless the prediction's query stated its decimals (a numeric's
-scale: round(x, 1)), its largest value keeps two significant figures (12.3 for 12.34, 0.7 for 0.74 from
-round(x, 1), not 0.1 for 0.12 from a float; a gold ending in 5 may round either way); a gold column of fractions (a rate, a mean)
-is never stood for by whole numbers (a count); a period as one period however written (a month or quarter
-number within the one year the other side's labels name, 'YYYY-MM', 'Jan 2024', '2020-Q1', a date or
-midnight on the 1st); booleans = 't'/'f'/'true'/
-'false'; text trimmed and NFKC-normalised; NULL equals only NULL; empty matches only empty; a failed or
-truncated result never matches. Several golds (layout alternatives): the caller tries each.
-Added in 4: rows tied on the gold's ORDER BY keys (hidden key columns included) match in any order, and
-where its LIMIT cuts a tie any choice of the tied rows is accepted (ties.py); a summary row (a total of the
-rows it covers) may be added or left out (summary.py); summation noise below 1e-9 is no difference; a rate
-may be written as a fraction or a percentage. Changed in 5: whole numbers never stand for a column of
-fractions, however close within the task's tolerance; periods are compared as period ids however written
-(quarters too). Added in 6: a comparison of two periods may be answered as a period series (one row per period under
-one column of the measure's kind: the months '2022-03', '2022-04' for zy_prev, zy_this; cross.py); row
-labels are read through the label normaliser as the gold's labels (an entry's code, its name in the other
-language, the name decorated with either or written as two names of one entry ('男 male'), a quarter
-labelled by its first month, a year), and a row of a group the gold does not list with every number 0 or
-NULL is neutral unless the gold is a top N (relabel.py); a long form may carry other numbers per cell (the
-count beside each asked mean; pivot.py); in a cross the header holding more of a column's words names it,
-and a header it outdid names the label's one fact left (cross.py); a coarser prediction is read at the
-decimals its query wrote (the numeric's scale, kept beside the float).
+"""Execution match (SPEC §9): "correct" means what a careful human grader accepts, and nothing more lenient. Rules
+of COMPARATOR_VERSION 6: every gold column needs its own prediction column (extra columns, column order and
+names don't matter; found by assignment, identical columns interchangeable); rows are bags, in the gold's ORDER
+BY order only where order matters (ties on the keys in any order); integers exact; fractional numbers within the
+task's relative tolerance, rows paired by a proper matching, and a gold written to more decimals than a
+prediction with at least one is rounded to the prediction's (the question rarely says how to round) where no
+value becomes 0 and, unless the prediction's query stated its decimals (a numeric's scale: round(x, 1)), its
+largest value keeps two significant figures (12.3 for 12.34, 0.7 for 0.74 from round(x, 1), not 0.1 for 0.12
+from a float; a gold ending in 5 may round either way); a gold column of fractions (a rate, a mean) is never
+stood for by whole numbers (a count); a period as one period however written (a month or quarter number within
+the one year the other side's labels name, 'YYYY-MM', 'Jan 2024', '2020-Q1', a date or midnight on the 1st);
+booleans = 't'/'f'/'true'/ 'false'; text trimmed and NFKC-normalised; NULL equals only NULL; empty matches only
+empty; a failed or truncated result never matches. Several golds (layout alternatives): the caller tries each.
+Added in 4: rows tied on the gold's ORDER BY keys (hidden key columns included) match in any order, and where
+its LIMIT cuts a tie any choice of the tied rows is accepted (ties.py); a summary row (a total of the rows it
+covers) may be added or left out (summary.py); summation noise below 1e-9 is no difference; a rate may be
+written as a fraction or a percentage. Changed in 5: whole numbers never stand for a column of fractions,
+however close within the task's tolerance; periods are compared as period ids however written (quarters too).
+Added in 6: a comparison of two periods may be answered as a period series (one row per period under one column
+of the measure's kind: the months '2022-03', '2022-04' for zy_prev, zy_this; cross.py); row labels are read
+through the label normaliser as the gold's labels (an entry's code, its name in the other language, the name
+decorated with either or written as two names of one entry ('男 male'), a quarter labelled by its first month, a
+year), and a row of a group the gold does not list with every number 0 or NULL is neutral unless the gold is a
+top N (relabel.py); a long form may carry other numbers per cell (the count beside each asked mean; pivot.py);
+in a cross the header holding more of a column's words names it, and a header it outdid names the label's one
+fact left (cross.py); a coarser prediction is read at the decimals its query wrote (the numeric's scale, kept
+beside the float).
 """
 
 from __future__ import annotations
