@@ -1,13 +1,12 @@
-"""Labels as facts (SPEC §9): a prediction's row labels read through the one label normaliser (labels.py)
-as the gold's own labels. A label names the gold label it means or holds: the entry's code or its name in
-the other language ('0101', 'Cardiology' for 心血管内科), the name decorated with the other one
-('Cardiology (心血管内科)', '全院 Hospital-wide'), a period however written, and a quarter labelled by its
-first month in a column named for quarters ('2025-07' as quarter_start is 2025-Q3); whole numbers are labels
-in a column named for a period (a year). Each prediction label
-must name exactly one gold label and no two the same one; a row whose label names none of the gold's and
-whose numbers are all 0 or NULL is a group the question covers with nothing in it (an active department
-with no admission, a year of the range asked with no stay), a neutral row left out, except where the
-gold has a LIMIT (a top N keeps its N). The values are still compared: the labels only say which row
+"""Labels as facts (SPEC §9): a prediction's row labels read through the one label normaliser (labels.py) as the
+gold's own labels. A label names the gold label it means or holds: the entry's code or its name in the other
+language ('0101', 'Cardiology' for 心血管内科), the name decorated with the other one ('Cardiology (心血管内科)', '全院
+Hospital-wide'), a period however written, and a quarter labelled by its first month in a column named for
+quarters ('2025-07' as quarter_start is 2025-Q3); whole numbers are labels in a column named for a period (a
+year). Each prediction label must name exactly one gold label and no two the same one; a row whose label names
+none of the gold's and whose numbers are all 0 or NULL is a group the question covers with nothing in it (an
+active department with no admission, a year of the range asked with no stay), a neutral row left out, except
+where the gold has a LIMIT (a top N keeps its N). The values are still compared: the labels only say which row
 is which."""
 
 from __future__ import annotations
