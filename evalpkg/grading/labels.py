@@ -258,9 +258,8 @@ class Targets:
         """The targets a label names: those it means exactly (a shared id) where there are any, else those
         whose names contain one of its aliases, or whose name it contains ('male patients' names 'male'),
         or the words of whose name (or of another name of it) it holds ('1 valid HbA1c result' names 'valid
-        result'). Where the label
-        holds the names of several, the most specific (the name of most words) is the one it names: '2
-        tested, no valid result' names 'tested no result', not 'valid result'."""
+        result'). Where the label holds the names of several, the most specific (the name of most words) is
+        the one it names: '2 tested, no valid result' names 'tested no result', not 'valid result'."""
         ids = self.labels.ids(text, self.year)
         exact = {j for j, target in enumerate(self.ids) if not ids.isdisjoint(target)}
         if exact:

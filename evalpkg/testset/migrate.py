@@ -118,19 +118,20 @@ def _migrate_task(
         if task.outputs:  # declared by an earlier migrate; a ticket has no template to re-render from
             return task
         outputs, variants, why = _ticket_outputs(task, columns)
+        readings: dict[str, object] = {}
     else:
-        outputs, variants, why = _template_outputs(task, templates, domain, plan)
+        fresh = _rendered(task, _template(task, templates), domain)
+        outputs, variants, why = _template_outputs(task, fresh, plan)
+        readings, said = _readings(task, fresh)
+        if said:
+            plan.readings += 1
+            why = "; ".join(filter(None, [why, said]))
     update: dict[str, object] = {
         "format_version": max(task.format_version, OUTPUTS_FORMAT),
         "outputs": outputs,
         "variants": variants,
+        **readings,
     }
-    if task.provenance.source != "ticket":
-        readings, said = _readings(task, _rendered(task, _template(task, templates), domain))
-        update |= readings
-        if said:
-            plan.readings += 1
-            why = "; ".join(filter(None, [why, said]))
     new = Task.model_validate(task.model_copy(update=update).model_dump())
     if problems := output_problems(new, columns):
         raise DataError(f"{problems[0]} (fix the template's outputs or asks)")
@@ -160,11 +161,9 @@ def _template(task: Task, templates: dict[str, Template]) -> Template:
     return t
 
 
-def _template_outputs(
-    task: Task, templates: dict[str, Template], domain: dict[str, list[Value]], plan: Migration
-) -> tuple[list[Output], list[QuestionVariant], str]:
-    t = _template(task, templates)
-    fresh = _rendered(task, t, domain)
+def _template_outputs(task: Task, fresh: Task, plan: Migration) -> tuple[list[Output], list[QuestionVariant], str]:
+    """Outputs and variants as the template renders them now (`fresh`), and why they changed."""
+    template_id = fresh.provenance.template_id
     variants, reworded, narrower = [], [], []
     for v in task.variants:
         now = fresh.variant(v.language, v.complexity)
@@ -176,11 +175,11 @@ def _template_outputs(
             narrower.append(f"{label} ({len(now.asks)} of {len(fresh.outputs)})")
     plan.reworded += len(reworded)
     if task.outputs:  # declared by an earlier migrate: only the wording can have changed
-        why = f"re-rendered from the reworded template {t.id}: {', '.join(reworded)}" if reworded else ""
+        why = f"re-rendered from the reworded template {template_id}: {', '.join(reworded)}" if reworded else ""
         return list(fresh.outputs), variants, why
     if not fresh.outputs:
         return [], variants, f"format {OUTPUTS_FORMAT}; no outputs (unanswerable)"
-    why = f"outputs {', '.join(o.name for o in fresh.outputs)} from template {t.id}"
+    why = f"outputs {', '.join(o.name for o in fresh.outputs)} from template {template_id}"
     if narrower:
         why += f"; variants asking for fewer: {', '.join(narrower)}"
     if reworded:
