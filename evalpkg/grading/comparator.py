@@ -1,5 +1,5 @@
 """Execution match (SPEC §9): "correct" means what a careful human grader accepts, and nothing more lenient. Rules
-of COMPARATOR_VERSION 6: every gold column needs its own prediction column (extra columns, column order and
+of COMPARATOR_VERSION 7: every gold column needs its own prediction column (extra columns, column order and
 names don't matter; found by assignment, identical columns interchangeable); rows are bags, in the gold's ORDER
 BY order only where order matters (ties on the keys in any order); integers exact; fractional numbers within the
 task's relative tolerance, rows paired by a proper matching, and a gold written to more decimals than a
@@ -24,7 +24,10 @@ year), and a row of a group the gold does not list with every number 0 or NULL i
 top N (relabel.py); a long form may carry other numbers per cell (the count beside each asked mean; pivot.py);
 in a cross the header holding more of a column's words names it, and a header it outdid names the label's one
 fact left (cross.py); a coarser prediction is read at the decimals its query wrote (the numeric's scale, kept
-beside the float).
+beside the float). Added in 7: a comparison of two periods in one wide row (prev_X, cur_X beside the period
+it is of) is read as its period rows, the earlier period's numbers and the later one's; a prediction whose label
+column holds two consecutive periods is compared so, its measures found by their values as in any layout and
+its rows by their periods (series.py).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from evalpkg.grading.matching import find_assignment, rows_equal
 from evalpkg.grading.values import Row
 from evalpkg.sql.order import order_targets
 
-COMPARATOR_VERSION = 6
+COMPARATOR_VERSION = 7
 
 
 @dataclass(frozen=True)

@@ -83,16 +83,16 @@ def _relative_labels(texts: list[str], year: str | None) -> dict[str, str]:
     are periods and consecutive, the earlier one and the later one."""
     words = relative_words()
     found = {text: name for text in texts for name, group in words.items() if label_key(text) in group}
-    periods = [text for text in texts if _period_index(text, year) is not None]
+    periods = [text for text in texts if period_index(text, year) is not None]
     if len(periods) == 2:
-        first, second = (_period_index(text, year) for text in periods)
+        first, second = (period_index(text, year) for text in periods)
         if first is not None and second is not None and abs(first - second) == 1:
             earlier, later = periods if first < second else periods[::-1]
             found |= {earlier: "prev", later: "this"}
     return found
 
 
-def _period_index(text: str, year: str | None) -> int | None:
+def period_index(text: str, year: str | None) -> int | None:
     """A month or a quarter with its year as a number that the next one follows by 1 (kinds apart)."""
     ids = period_ids(label_key(text), year)
     if len(ids) != 1:

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from evalpkg.grading.cross import crossed
 from evalpkg.grading.labels import Labels, Targets, label_key, label_text
 from evalpkg.grading.periods import one_year
+from evalpkg.grading.series import period_series
 
 MIN_LABELS, MAX_LABELS = 2, 40  # a label column names at least two outputs; more labels is no label column
 MAX_CROSSED = 4  # cross pivots, one per label column, tried after the others
@@ -46,7 +47,8 @@ def relayouts(
     comparator.match(pred, gold, pinned=pinned, order_matters=False, ...); the first that matches decides.
     gold_names[j]: what gold column j is known by besides its name (the output's name, its zh and en
     meaning; may be empty). First the prediction as the long form of a wide gold, then the gold as the
-    long form of a wide prediction, then the prediction as a cross of labels and headers (cross.py)."""
+    long form of a wide prediction, then both as period rows where the gold compares two periods (series.py),
+    then the prediction as a cross of labels and headers (cross.py)."""
     if not pred_rows or not gold_rows or len(pred_rows[0]) < MIN_LABELS:
         return
     names = [[column, *(gold_names[j] if j < len(gold_names) else ())] for j, column in enumerate(gold_columns)]
@@ -55,6 +57,8 @@ def relayouts(
         _widened_golds(pred_rows, pred_columns, gold_rows, labels),
     )
     yield from islice(candidates, MAX_RELAYOUTS - MAX_CROSSED)
+    for series in period_series(pred_rows, pred_columns, gold_rows, gold_columns, labels):
+        yield Relayout(*series)
     yield from islice(_crossed_predictions(pred_rows, pred_columns, gold_rows, names, labels), MAX_CROSSED)
 
 

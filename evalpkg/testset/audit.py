@@ -245,6 +245,52 @@ def period_series(g: Gold) -> Layout | None:
     return rows, [*(g.columns[j] for j in keys), "month", *stems]
 
 
+def period_rows_by_role(g: Gold) -> Layout | None:
+    """A comparison keyed by its own period (quarter_start '2023-10' beside prev_avg_los, cur_avg_los) as two
+    rows per key: a role ('before' / 'after'), the period written another way ('2023-Q3', '2023-Q4'), and
+    each measure under a name of no words of the gold's (m1, m2)."""
+    return _period_rows(g, swapped=False)
+
+
+def _period_rows(g: Gold, *, swapped: bool) -> Layout | None:
+    sides = {j: side for j in _ints(g) + _floats(g) if (side := _side(g.columns[j]))}
+    stems = sorted({stem for _, stem in sides.values()})
+    cell = {side: j for j, side in sides.items()}
+    periods = [j for j in range(len(g.columns)) if j not in sides and PERIOD_NAME.search(g.columns[j])]
+    if not stems or len(cell) != 2 * len(stems) or len(periods) != 1:
+        return None
+    keys = [j for j in range(len(g.columns)) if j not in sides and j not in periods]
+    if any(_numeric(g.rows[0][j]) for j in keys):
+        return None  # a number that is neither period's (a change) has no place in the rows
+    quarters = "quarter" in g.columns[periods[0]].lower()
+    rows: Rows = []
+    for r in g.rows:
+        later = _period_pair(r[periods[0]], quarters)
+        if later is None:
+            return None
+        numbers = [[r[cell["prev", stem]] for stem in stems], [r[cell["this", stem]] for stem in stems]]
+        if swapped:
+            if numbers[0] == numbers[1]:
+                return None
+            numbers.reverse()
+        for role, label, values in zip(("before", "after"), later, numbers, strict=True):
+            rows.append([*(r[j] for j in keys), role, label, *values])
+    return rows, [*(g.columns[j] for j in keys), "role", "period", *(f"m{i}" for i in range(1, len(stems) + 1))]
+
+
+def _period_pair(value: Any, quarters: bool) -> tuple[str, str] | None:
+    """The period before this one and this one, written 'YYYY-Qn' (quarters) or 'YYYY-MM'."""
+    if not isinstance(value, str) or not (m := MONTH_LABEL.fullmatch(value)):
+        return None
+    year, month = int(m[1]), int(m[2])
+    if quarters:
+        if month % 3 != 1:
+            return None
+        q = (month + 2) // 3
+        return (f"{year - 1}-Q4" if q == 1 else f"{year}-Q{q - 1}"), f"{year}-Q{q}"
+    return (f"{year - 1}-12" if month == 1 else f"{year}-{month - 1:02d}"), value
+
+
 def _side(column: str) -> tuple[str, str] | None:
     """('prev' | 'this', the measure) of a column named for the previous or this period: zy_prev, cur_avg_los."""
     words = column.lower().split("_")
@@ -326,6 +372,11 @@ def labels_swapped(g: Gold) -> Layout | None:
     return None
 
 
+def period_rows_swapped(g: Gold) -> Layout | None:
+    """The comparison as period rows with each period's numbers under the other period's label."""
+    return _period_rows(g, swapped=True)
+
+
 def coarse_written_as_2dp(g: Gold) -> Layout | None:
     """A fraction off by more than the tolerance, written to two decimals with a trailing 0 (0.70 for 0.74:
     a query that computed 0.70 did not round 0.74)."""
@@ -391,6 +442,7 @@ LAYOUTS: dict[str, Transform] = {
         total_row,
         periods_spelt_out,
         period_series,
+        period_rows_by_role,
         labels_decorated,
         zero_row_added,
         long_form_zh,
@@ -409,6 +461,7 @@ MUTATIONS: dict[str, Transform] = {
         row_added,
         row_duplicated,
         labels_swapped,
+        period_rows_swapped,
         unit_not_converted,
         count_for_fraction,
         empty_result,

@@ -349,8 +349,8 @@ VISITS_PRED = [["MZ", 48, 34, -14, -29.2], ["ZY", 4, 15, 11, 275.0], ["TOTAL", 5
         (
             [["2025-06", 48, 4, 52], ["2025-07", 34, 15, 49]],
             ["month", "outpatient", "inpatient_admissions", "outpatient_total"],
-            False,
-            "two headers hold as much of mz's words: ambiguous",
+            True,
+            "months as rows: each count column found by its two months' values (series.py), the total extra",
         ),
         ([["MZ", 4, 15], ["ZY", 48, 34]], VISITS_HEADERS[:3], False, "MZ's numbers swapped with ZY's"),
         ([["MZ", 34, 48], ["ZY", 15, 4]], VISITS_HEADERS[:3], False, "this month's numbers under prev"),
@@ -425,9 +425,21 @@ LAB_PRED = [["2023-02", 18, 7, 38.89], ["2023-03", 18, 3, 16.67]]
             "three months: which one is prev is unsaid",
         ),
         ([["a", 18, 7], ["b", 18, 3]], LAB_HEADERS[:3], LAB_ASKED, False, "labels that are no months"),
-        ([["2023-02", 18, 7], ["2023-03", 18, 3]], ["month", "n", "m"], LAB_ASKED, False, "headers that say nothing"),
+        (
+            [["2023-02", 18, 7], ["2023-03", 18, 3]],
+            ["month", "n", "m"],
+            LAB_ASKED,
+            True,
+            "headers that say nothing: by values",
+        ),
         ([["2023-02", 7], ["2023-03", 3]], LAB_HEADERS[::2], LAB_ASKED, False, "the tests missing"),
-        (LAB_PRED, ["month", "n_tests", "n_abnormal", "abnormal_tests"], LAB_ASKED, False, "an ambiguous header"),
+        (
+            LAB_PRED,
+            ["month", "n_tests", "n_abnormal", "abnormal_tests"],
+            LAB_ASKED,
+            True,
+            "names never decide: by values",
+        ),
         (
             LAB_PRED,
             ["month", "wbc_results", "abnormal_results", "abnormal_pct"],
@@ -439,8 +451,8 @@ LAB_PRED = [["2023-02", 18, 7, 38.89], ["2023-03", 18, 3, 16.67]]
             [["2023-02", 7, 18, 38.89], ["2023-03", 3, 18, 16.67]],
             ["month", "wbc_results", "abnormal_results", "abnormal_pct"],
             LAB_ASKED,
-            False,
-            "the same headers over swapped counts",
+            True,
+            "the same headers over swapped counts: a month's columns are found by values, as in any layout",
         ),
     ],
 )
@@ -468,7 +480,12 @@ SERIES_NAMES = [
         ([["2022年4月", 52], ["2022年3月", 41]], ["月份", "住院人次"], True, "zh months, any order"),
         ([["2022-03", 52], ["2022-04", 41]], ["month", "admissions"], False, "the months' values swapped"),
         ([["2022-02", 41], ["2022-04", 52]], ["month", "admissions"], False, "months not consecutive"),
-        ([["2022-03", 41, 40], ["2022-04", 52, 50]], ["month", "admissions", "patients"], False, "two counts: which?"),
+        (
+            [["2022-03", 41, 40], ["2022-04", 52, 50]],
+            ["month", "admissions", "patients"],
+            True,
+            "an extra count beside it",
+        ),
         ([["2022-03", 41.5], ["2022-04", 52.5]], ["month", "admission_rate"], False, "a rate stands for no count"),
     ],
 )
@@ -515,3 +532,38 @@ BY_MONTH = ["scope", "nov_2024", "dec_2024", "change"]
 )
 def test_a_department_beside_the_hospital_by_month(pred: Rows, columns: list[str], expected: bool, why: str) -> None:
     assert graded(pred, columns, SCOPE_GOLD, SCOPE_COLUMNS, SCOPE_NAMES) is expected, why
+
+
+# anomaly_alos_sharpest_fall_quarter: a comparison keyed by its own quarter (quarter_start, its first month),
+# answered as two rows labelled by role, the quarter in a column, the measures under other words.
+QUARTER_GOLD = [["2023-10", 11.12, 5.95, 7, 1]]
+QUARTER_COLUMNS = ["quarter_start", "prev_avg_los", "cur_avg_los", "prev_long_stays", "cur_long_stays"]
+QUARTER_NAMES = [["first month of that quarter"], *([] for _ in QUARTER_COLUMNS[1:])]
+QUARTER_HEADERS = ["role", "quarter", "discharges", "alos_days", "stays_over_14d"]
+
+
+@pytest.mark.parametrize(
+    ("pred", "expected", "why"),
+    [
+        ([["previous quarter", "2023-Q3", 33, 11.12, 7], ["drop quarter", "2023-Q4", 21, 5.95, 1]], True, "by role"),
+        ([["drop", "2023年第四季度", 21, 5.95, 1], ["before", "2023年第三季度", 33, 11.12, 7]], True, "zh quarters"),
+        ([["previous quarter", "2023-Q4", 33, 11.12, 7], ["drop quarter", "2023-Q3", 21, 5.95, 1]], False, "swapped"),
+        (
+            [["previous quarter", "2023-Q2", 33, 11.12, 7], ["drop quarter", "2023-Q3", 21, 5.95, 1]],
+            False,
+            "a quarter early",
+        ),
+        (
+            [["previous quarter", "2023-Q3", 33, 11.12, 7], ["drop quarter", "2023-Q4", 21, 5.95, 2]],
+            False,
+            "a count off",
+        ),
+        (
+            [["previous quarter", "2023-Q3", 33, 11.12, 7], ["drop quarter", "2023-Q3", 21, 5.95, 1]],
+            False,
+            "one quarter",
+        ),
+    ],
+)
+def test_a_comparison_keyed_by_its_period_answered_as_period_rows(pred: Rows, expected: bool, why: str) -> None:
+    assert graded(pred, QUARTER_HEADERS, QUARTER_GOLD, QUARTER_COLUMNS, QUARTER_NAMES) is expected, why
