@@ -1,0 +1,78 @@
+"""Is the de-identified world true to production up to its "now"? Monthly visits and admissions over the 24
+months before the snapshot's pinned "now", production vs the eval DB, and the ratio the shift artifact shows
+in: the last 12 months' volume over the 12 before them (production's own ratio is the baseline; a band of 15%
+around it is what the eval DB should hold). Reads the built world (`evalpkg up`, `prod generate`, `sync`).
+
+    .venv/bin/python benchmarks/recent_months.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from evalpkg.db import connect
+from evalpkg.settings import EVAL_DB, PROD_DB, get_settings
+
+BAND = 0.15
+MONTHS = 24
+
+# One row per month over the 24 months ending with the snapshot's month: visits (MZ) and admissions (ZY)
+# by their visit time, deleted rows left out as the eval DB leaves them out.
+MONTHLY = """
+with months as (
+    select generate_series(date_trunc('month', %(now)s::timestamp) - interval '{back} months',
+                           date_trunc('month', %(now)s::timestamp), interval '1 month') as month
+)
+select to_char(m.month, 'YYYY-MM'),
+       count(v.*) filter (where v.visit_type = 'MZ'),
+       count(v.*) filter (where v.visit_type = 'ZY')
+from months m
+left join {table} v on date_trunc('month', v.ryrq) = m.month {live}
+group by m.month order by m.month
+""".replace("{back}", str(MONTHS - 1))
+
+
+def monthly(url: str, table: str, live: str, now: object) -> list[tuple[str, int, int]]:
+    with connect(url) as conn:
+        rows = conn.execute(MONTHLY.format(table=table, live=live), {"now": now}).fetchall()
+    return [(str(month), int(mz), int(zy)) for month, mz, zy in rows]
+
+
+def ratio(rows: list[tuple[str, int, int]], column: int) -> float:
+    """The last 12 months over the 12 before them."""
+    counts = [int(r[column]) for r in rows]
+    before, last = sum(counts[:12]), sum(counts[12:])
+    return last / before if before else float("nan")
+
+
+def main() -> int:
+    settings = get_settings()
+    with connect(settings.db_url(EVAL_DB)) as conn:
+        snapshot = conn.execute("select pinned_now, snapshot_version from meta.snapshot").fetchone()
+    if snapshot is None:
+        print("no snapshot: build one first (evalpkg prod generate, evalpkg sync)", file=sys.stderr)
+        return 2
+    now, version = snapshot
+    prod = monthly(settings.db_url(PROD_DB), "his.t_zy_visit", "and v.is_deleted = 0", now)
+    eval_ = monthly(settings.db_url(EVAL_DB), "emr.t_zy_visit", "", now)
+    print(f"snapshot {version}, now {now}: visits (MZ) and admissions (ZY) per month")
+    print(f"{'month':8} {'prod MZ':>8} {'eval MZ':>8} {'prod ZY':>8} {'eval ZY':>8}")
+    for (month, pmz, pzy), (_, emz, ezy) in zip(prod, eval_, strict=True):
+        print(f"{month:8} {pmz:8} {emz:8} {pzy:8} {ezy:8}")
+    failed = False
+    for column, kind in ((1, "visits"), (2, "admissions")):
+        base, ours = ratio(prod, column), ratio(eval_, column)
+        inside = abs(ours - base) <= BAND * base
+        failed |= not inside
+        print(
+            f"{kind}: last 12 months / the 12 before: prod {base:.2f}, eval {ours:.2f} "
+            f"({'inside' if inside else 'outside'} the {BAND:.0%} band around prod)"
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
