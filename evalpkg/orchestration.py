@@ -21,6 +21,25 @@ RUN_OPTIONS: dict[str, dict[str, Any]] = {
     "track": {"default": True, "type": "boolean", "title": "Track", "description": "log the run to MLflow"},
 }
 
+# The trigger form's sections, in the order a person fills them in: what is evaluated, how the agent works,
+# how it is scored and logged, and the run's scale and limits (Airflow renders each as its own group).
+FORM_SECTIONS: dict[str, tuple[str, ...]] = {
+    "What to evaluate": (
+        "name", "agent", "model", "endpoint", "worker", "model_path", "quantization",
+        "testset_version", "languages", "complexities", "limit", "repeats", "seed",
+    ),
+    "How the agent works": (
+        "strategy", "toolset", "prompt_version", "disabled_prompt_rules", "native_tools", "user_simulator",
+        "temperature", "max_tokens", "max_steps", "max_calls_per_tool", "max_calls_total",
+        "time_confirmation", "supplementary_schema", "schema_hint", "schema_retrieval",
+    ),
+    "Scoring and tracking": ("reference_worlds", "judge_endpoint", "judge_model", "track", "max_traces"),
+    "Scale and limits": (
+        "shards", "concurrency", "max_in_flight", "instance_timeout_s", "sql_timeout_ms",
+        "max_result_bytes", "max_row_bytes", "eval_db_pool", "results_db_pool",
+    ),
+}  # fmt: skip
+
 
 def sync_prepare() -> None:
     """Step 1 of the sync (sync/runner.py): bootstrap and fresh build schemas; the DAG's dbt tasks write
@@ -87,7 +106,17 @@ def eval_params() -> dict[str, dict[str, Any]]:
     params["agent"].setdefault("enum", _agent_choices())
     if clash := sorted(params.keys() & RUN_OPTIONS.keys()):
         raise ConfigError(f"RunConfig now has {', '.join(clash)}: drop it from orchestration.RUN_OPTIONS")
-    return params | copy.deepcopy(RUN_OPTIONS)
+    return _in_sections(params | copy.deepcopy(RUN_OPTIONS))
+
+
+def _in_sections(params: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The fields in FORM_SECTIONS' order, each schema naming its section (the form groups by it)."""
+    placed = [name for names in FORM_SECTIONS.values() for name in names]
+    if missing := sorted(params.keys() - set(placed)):
+        raise ConfigError(f"the trigger form has no section for {', '.join(missing)}: add it to FORM_SECTIONS")
+    if unknown := sorted(set(placed) - params.keys()):
+        raise ConfigError(f"FORM_SECTIONS names {', '.join(unknown)}, which is no field of the form")
+    return {name: params[name] | {"section": section} for section, names in FORM_SECTIONS.items() for name in names}
 
 
 def _inline_refs(schema: Any, definitions: dict[str, Any]) -> Any:

@@ -18,6 +18,7 @@ import pytest
 
 from evalpkg import orchestration
 from evalpkg.agent.trajectory import Trajectory
+from evalpkg.errors import ConfigError
 from evalpkg.runconfig import RunConfig
 from evalpkg.settings import PROJECT_ROOT
 
@@ -123,6 +124,22 @@ def test_params_come_from_run_config_not_from_the_dag_file() -> None:
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
         if isinstance(call.func, ast.Name) and call.func.id == "Param":  # only Param(**generated schema)
             assert not call.args and [k.arg for k in call.keywords] == [None], ast.unparse(call)
+
+
+def test_trigger_form_groups_its_fields_in_sections(
+    parse: Callable[[Path], dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    params = parse(PROJECT_ROOT / "dags" / "agent_eval.py")["params"]["agent_eval"]
+    sections = [param["schema"]["section"] for param in params.values()]
+    # what to evaluate opens the form; each section's fields stand together, in FORM_SECTIONS' order
+    assert list(dict.fromkeys(sections)) == list(orchestration.FORM_SECTIONS)
+    assert sections == sorted(sections, key=list(orchestration.FORM_SECTIONS).index)
+    assert params["agent"]["schema"]["section"] == params["limit"]["schema"]["section"] == "What to evaluate"
+    # a field nobody placed is refused by name, not dropped from the form or listed at random
+    unplaced = {k: tuple(n for n in names if n != "max_traces") for k, names in orchestration.FORM_SECTIONS.items()}
+    monkeypatch.setattr(orchestration, "FORM_SECTIONS", unplaced)
+    with pytest.raises(ConfigError, match="no section for max_traces"):
+        orchestration.eval_params()
 
 
 def test_agent_choices_are_exactly_what_run_config_accepts() -> None:
