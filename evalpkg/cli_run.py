@@ -241,8 +241,8 @@ def _print_run(result: dict[str, Any]) -> None:
             f"follow-up dialogues: {int(o['dialogues'])}; dialogue accuracy {o['dialogue_accuracy']:.1%}, "
             f"turn accuracy {o['turn_accuracy']:.1%} ({turns})"
         )
-    if result["mlflow_run_id"]:
-        to_stderr(f"MLflow run {result['mlflow_run_id']} at {get_settings().tracking_uri}")
+    if result["mlflow_run_url"]:
+        to_stderr(f"MLflow run: {result['mlflow_run_url']}")
     typer.echo(f"report: {result['report']}")
 
 

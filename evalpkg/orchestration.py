@@ -4,6 +4,7 @@ and nothing here imports Airflow."""
 from __future__ import annotations
 
 import copy
+import logging
 from datetime import date, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -196,11 +197,14 @@ def eval_score_and_log(run_id: str, track: bool = True) -> dict[str, Any]:
     from evalpkg.pipeline.run import finish_run
 
     finished = finish_run(get_settings(), run_id, track=track)  # includes the GX suite on the outputs
+    if finished.mlflow_run_url:  # the task log's way to the run (an INFO line)
+        logging.getLogger(__name__).info("MLflow run: %s", finished.mlflow_run_url)
     return {
         "run_id": run_id,
         "accuracy": finished.scored.table["overall"]["accuracy"],
         "report": str(finished.report),
         "mlflow_run_id": finished.mlflow_run_id,
+        "mlflow_run_url": finished.mlflow_run_url,
         "validation": finished.scored.validation.summary(),
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -167,6 +168,9 @@ def breakdown(scores: list[InstanceScore]) -> dict[str, dict[str, float]]:
 REPEAT_KEYS = tuple(f"{m}{e}" for m in ("best_of_k", "pass_all_k", "consistency") for e in ("", "_ci_low", "_ci_high"))
 
 
+TABLE_ONLY_GROUPS = ("cell.",)  # type x difficulty: some 20 cells x 11 measures, read as MLflow's table instead
+
+
 def flat_metrics(
     table: dict[str, dict[str, float]],
     keys: tuple[str, ...] = (
@@ -185,6 +189,8 @@ def flat_metrics(
 ) -> dict[str, float]:
     out = {}
     for group, values in table.items():
+        if group.startswith(TABLE_ONLY_GROUPS):
+            continue
         # with k > 1 repeats, per group too (with one, best-of-1 and pass^1 are the accuracy again)
         repeated = REPEAT_KEYS if values.get("repeats", 1) > 1 else ()
         for k in (*keys, *repeated) if group != "overall" else values:
@@ -192,6 +198,17 @@ def flat_metrics(
             if v is not None and np.isfinite(v):
                 out[k if group == "overall" else f"{group}.{k}"] = float(v)
     return out
+
+
+def breakdown_rows(table: dict[str, dict[str, float]]) -> dict[str, list[Any]]:
+    """The whole breakdown as one table, a row per group (overall, type.X, cell.X.Y, ...) and a column per
+    measure (None where a group has none): what MLflow shows as the run's table `breakdown.json`."""
+    measures = list(dict.fromkeys(k for values in table.values() for k in values))
+    return {"group": list(table), **{m: [_finite(table[g].get(m)) for g in table] for m in measures}}
+
+
+def _finite(value: float | None) -> float | None:
+    return float(value) if value is not None and np.isfinite(value) else None
 
 
 # Instance-level measures compared pairwise by `evalpkg compare`, each with its CI and exact test (a

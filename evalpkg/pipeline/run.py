@@ -60,6 +60,7 @@ class Finished:
     report: Path
     mlflow_run_id: str | None
     traces_s: float | None = None  # from the first trace sent to the last stored, beside the stages after grading
+    mlflow_run_url: str | None = None  # the run's page in the MLflow UI
 
 
 def new_run_id(config: RunConfig) -> str:
@@ -302,7 +303,8 @@ def finish_run(settings: Settings, run_id: str, *, track: bool, progress: Progre
         raise unreachable
     if track:
         scored.seconds["tracking"] = clock.seconds["tracking"]
-    return Finished(scored, path, mlflow_run_id, time.perf_counter() - export_started if track else None)
+    traces_s = time.perf_counter() - export_started if track else None
+    return Finished(scored, path, mlflow_run_id, traces_s, tracker.run_url if tracker and mlflow_run_id else None)
 
 
 def _timed(fn: Callable[..., Path], *args: Any) -> tuple[Path, float]:
@@ -334,6 +336,7 @@ def run_all(
         "run_id": run_id,
         "report": finished.report,
         "mlflow_run_id": finished.mlflow_run_id,
+        "mlflow_run_url": finished.mlflow_run_url,
         "traces_s": finished.traces_s,
         "shards": reports,
         "overall": finished.scored.table["overall"],

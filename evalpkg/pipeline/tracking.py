@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from evalpkg.agent.trajectory import Trajectory
 from evalpkg.errors import ServiceError
 from evalpkg.grading.comparator import COMPARATOR_VERSION
-from evalpkg.pipeline.metrics import flat_metrics, summarize
+from evalpkg.pipeline.metrics import breakdown_rows, flat_metrics, summarize
 from evalpkg.pipeline.score import InstanceScore
 from evalpkg.pipeline.trace_export import NoOtlpRoute, OtlpExport, chunks, drafts
 from evalpkg.runconfig import RunConfig
@@ -30,6 +31,7 @@ EXPERIMENT = "emr-agent-benchmark"
 RUN_ID_TAG = "evalpkg.run_id"  # on the parent and every child: the evalpkg run they belong to
 SHARD_TAG = "evalpkg.shard"  # on a child: its shard
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own tag on nested runs
+BREAKDOWN_TABLE = "breakdown.json"  # the per-group measures as MLflow's table (its Evaluation / artifact view)
 COMPARATOR_TAG = "evalpkg.comparator_version"  # tags, unlike params, follow a re-score
 FINGERPRINT_TAG = "evalpkg.config_fingerprint"
 TRACES_TAG = "evalpkg.traces"  # "N of M": how many trajectories are traces (--max-traces leaves some out)
@@ -110,6 +112,20 @@ def _log_trace(mlflow: Any, traj: Trajectory, score: InstanceScore | None) -> No
     root.end(end_time_ns=root_draft.end_ns)
 
 
+def _log_breakdown(mlflow: Any, client: Any, reused: str | None, rows: dict[str, list[Any]]) -> None:
+    """Every group's measures (the type x difficulty cells too) as the run's table. log_table appends to a
+    table the run already holds, so a re-log (a run tracked again) replaces the file in the same format."""
+    if not reused or BREAKDOWN_TABLE not in {f.path for f in client.list_artifacts(reused)}:
+        mlflow.log_table(rows, BREAKDOWN_TABLE)
+        return
+    import pandas as pd
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / BREAKDOWN_TABLE
+        pd.DataFrame(rows).to_json(path, orient="split", index=False)  # as log_table writes it
+        mlflow.log_artifact(str(path))
+
+
 class Tracker:
     """One evaluation's MLflow parent run, its traces on their way from the moment it is entered (they need
     only the graded answers, so they leave while the answers are scored in the reference worlds, clustered
@@ -132,12 +148,20 @@ class Tracker:
         self.export: OtlpExport | None = None
         self._stack = contextlib.ExitStack()
 
+    @property
+    def run_url(self) -> str:
+        """The parent run's page in the MLflow UI."""
+        return f"{self.tracking_uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.parent_id}"
+
     def __enter__(self) -> Tracker:
         for key, value in BATCHED_TRACES.items():
             os.environ.setdefault(key, value)
         # Telemetry off (it must be set before mlflow is imported): it cannot reach its endpoint here, and its
         # session id, kept in os.environ, raced with requests reading the environment in a retried DAG task.
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        # MLflow's own "View run at" lines go to stdout, which a task log shows at the wrong level; the
+        # run's address is returned (run_url) and printed by whoever ran it
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         import mlflow
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)
@@ -221,6 +245,7 @@ class Tracker:
             }
         )
         mlflow.log_metrics(flat_metrics(table))
+        _log_breakdown(mlflow, client, self.reused, breakdown_rows(table))
         with contextlib.redirect_stdout(sys.stderr):
             for shard, ids in sorted(shards.items()):
                 child_id = self.children.get(shard)
@@ -230,7 +255,7 @@ class Tracker:
                     nested=True,
                     tags={RUN_ID_TAG: self.run_id, SHARD_TAG: str(shard)},
                 ):
-                    mlflow.log_params({"shard": shard, "run_id": self.run_id, "instances": len(ids)})
+                    mlflow.log_params({"shard": shard, "run_id": self.run_id})  # instances: a metric
                     if identity := config.served.get(shard):
                         mlflow.set_tags({SERVED_PREFIX + k: str(v) for k, v in identity.items()})
                     shard_scores = [self.by_id[i] for i in ids if i in self.by_id]

@@ -169,4 +169,16 @@ def test_celery_a_shard_task_delivered_again_records_nothing_twice(
         assert conn.execute(query, (*eval_run, shard[0])).fetchall() == recorded_before
 
 
+def test_after_stop_status_still_lists_the_workers_and_the_broker(celery_deployment: CeleryDeployment) -> None:
+    """Last in this module: it stops the deployment (the fixture's own stop then finds nothing to do)."""
+    stopped = celery_deployment.script("stop")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    status = celery_deployment.script("status")
+    assert status.returncode == 3, status.stdout  # something is down
+    lines = status.stdout.splitlines()
+    for process in ("api-server", "scheduler", "worker-default", "worker-gpu", "redis"):
+        assert any(line.startswith(f"{process} down") for line in lines), (process, status.stdout)
+    assert " up (pid " not in status.stdout, status.stdout
+
+
 pytestmark = pytest.mark.server  # Airflow, Redis and Celery workers started by scripts/airflow: not in --quick

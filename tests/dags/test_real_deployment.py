@@ -174,6 +174,17 @@ def test_real_agent_eval_maps_shards_on_the_gpu_pool_and_tracks(deployment: Depl
     assert all((ti["queue"], ti["pool"], ti["state"]) == ("gpu", "gpu", "success") for ti in execute), execute
     assert {ti["rendered_map_index"] for ti in execute} == {"shard 0", "shard 1"}
     assert_scored_and_tracked(generated, "real-test", instances=3, shards=2)
+    # the scoring task's log leads to the MLflow run, in its own INFO line; MLflow's stdout lines are off
+    (score,) = (ti for ti in run["task_instances"] if ti["task_id"] == "score_validate_track")
+    log = deployment.api.get(
+        f"/dags/agent_eval/dagRuns/{run['dag_run_id']}/taskInstances/score_validate_track/logs/{score['try_number']}",
+        headers={"Accept": "application/json"},
+    )
+    assert log.status_code == 200, log.text
+    lines = [e for e in log.json()["content"] if isinstance(e, dict) and "MLflow run: " in str(e.get("event"))]
+    assert len(lines) == 1 and lines[0].get("level") == "info", lines
+    assert f"{generated.tracking_uri}/#/experiments/" in lines[0]["event"], lines
+    assert "View run" not in log.text
 
 
 pytestmark = pytest.mark.server  # Airflow, dbt or the CLI starting its own services: not in --quick

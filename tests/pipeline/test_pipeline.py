@@ -26,6 +26,7 @@ from evalpkg.pipeline.metrics import summarize
 from evalpkg.pipeline.run import Scored, plan_run, report_run, score_run
 from evalpkg.pipeline.score import InstanceScore
 from evalpkg.pipeline.semantic import score_in_worlds
+from evalpkg.pipeline.tracking import BREAKDOWN_TABLE
 from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import Fetched, run_on
@@ -262,7 +263,12 @@ def test_mlflow_holds_parent_and_shard_runs_metrics_and_traces(
         client = mlflow.MlflowClient()
         parent = client.get_run(parent_id)
         assert parent.data.metrics["accuracy"] == 1.0
-        assert "type.negation.accuracy" in parent.data.metrics and "cell.anomaly.hard.accuracy" in parent.data.metrics
+        assert "type.negation.accuracy" in parent.data.metrics
+        # the type x difficulty cells are the run's table, not some 200 metrics beside the ones people compare
+        assert not [k for k in parent.data.metrics if k.startswith("cell.")]
+        cells = mlflow.load_table(BREAKDOWN_TABLE, run_ids=[parent_id]).set_index("group")
+        assert list(cells.index) == list(scored.table)  # every group once: overall, type.*, cell.*, ...
+        assert cells.loc["cell.anomaly.hard", "accuracy"] == scored.table["cell.anomaly.hard"]["accuracy"]
         assert parent.data.params["testset_version"] == release.latest(generated.tasks_dir)
         assert parent.data.params["agent"] == "gold"
         assert (
@@ -274,6 +280,7 @@ def test_mlflow_holds_parent_and_shard_runs_metrics_and_traces(
         assert parent.data.metrics["unnecessary_question_rate"] == 0.0
         children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")
         assert sorted(c.data.params["shard"] for c in children) == ["0", "1"]
+        assert all("instances" not in c.data.params and c.data.metrics["instances"] > 0 for c in children)
         traces = mlflow.search_traces(run_id=parent_id, locations=[parent.info.experiment_id], return_type="list")
         assert len(traces) == 50
         kinds = Counter(s.span_type for s in traces[0].data.spans)
@@ -311,6 +318,8 @@ def test_tracking_cut_short_is_completed_by_a_rerun_that_logs_nothing_twice(
         roots = [next(s for s in t.data.spans if s.parent_id is None) for t in traces]
         instances = [root.attributes["instance_id"] for root in roots]
         assert len(instances) == len(set(instances)) == 40
+        groups = mlflow.load_table(BREAKDOWN_TABLE, run_ids=[parent_id])["group"]
+        assert sorted(groups) == sorted(scored.table)  # logged twice, held once
     finally:
         mlflow_server.stop(generated)
 
@@ -356,6 +365,11 @@ def test_traces_leave_as_answers_are_graded_and_a_stage_failing_after_is_complet
         monkeypatch.setattr(run, "cluster_failures", cluster)
         finished = run.finish_run(generated, run_id, track=True)
         assert finished.mlflow_run_id == parent().info.run_id and parent().info.status == "FINISHED"
+        experiment = parent().info.experiment_id
+        assert (
+            finished.mlflow_run_url
+            == f"{generated.tracking_uri}/#/experiments/{experiment}/runs/{parent().info.run_id}"
+        )
         assert finished.traces_s is not None and finished.traces_s > 0
         traces = mlflow.search_traces(
             run_id=finished.mlflow_run_id, locations=[parent().info.experiment_id], return_type="list"
