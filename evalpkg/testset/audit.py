@@ -167,6 +167,8 @@ def total_row(g: Gold) -> Layout | None:
         sum(r[j] for r in g.rows) if j in ints else sum(r[j] for r in g.rows) / len(g.rows) if j in floats else None
         for j in range(len(g.columns))
     ]
+    if any(v == 0 for v in total if v is not None):
+        return None  # a total with a 0 in it (changes that cancel out) may read as a group with nothing in it
     return [total, *g.rows], g.columns
 
 
@@ -229,7 +231,9 @@ def period_series(g: Gold) -> Layout | None:
         return None
     year, number = int(month[:4]), int(month[5:])
     previous = f"{year - 1}-12" if number == 1 else f"{year}-{number - 1:02d}"
-    sides = {j: side for j in _ints(g) + _floats(g) if (side := _side(g.columns[j]))}
+    # a measure of either period may be NULL in some world (an average over no stays): still a measure
+    measures = [j for j in range(len(g.columns)) if all(v is None or _numeric(v) for v in (r[j] for r in g.rows))]
+    sides = {j: side for j in measures if (side := _side(g.columns[j]))}
     stems = sorted({stem for _, stem in sides.values()})
     keys = [j for j in range(len(g.columns)) if j not in sides]
     cell = {side: j for j, side in sides.items()}
@@ -253,7 +257,9 @@ def period_rows_by_role(g: Gold) -> Layout | None:
 
 
 def _period_rows(g: Gold, *, swapped: bool) -> Layout | None:
-    sides = {j: side for j in _ints(g) + _floats(g) if (side := _side(g.columns[j]))}
+    # a measure of either period may be NULL in some world (an average over no stays): still a measure
+    measures = [j for j in range(len(g.columns)) if all(v is None or _numeric(v) for v in (r[j] for r in g.rows))]
+    sides = {j: side for j in measures if (side := _side(g.columns[j]))}
     stems = sorted({stem for _, stem in sides.values()})
     cell = {side: j for j, side in sides.items()}
     periods = [j for j in range(len(g.columns)) if j not in sides and PERIOD_NAME.search(g.columns[j])]
