@@ -27,7 +27,8 @@ fact left (cross.py); a coarser prediction is read at the decimals its query wro
 beside the float). Added in 7: a comparison of two periods in one wide row (prev_X, cur_X beside the period
 it is of) is read as its period rows, the earlier period's numbers and the later one's; a prediction whose label
 column holds two consecutive periods is compared so, its measures found by their values as in any layout and
-its rows by their periods (series.py).
+its rows by their periods (series.py). A pivot is compared with every choice of rows a LIMIT that cuts a tie
+allows, as the wide form is.
 """
 
 from __future__ import annotations
