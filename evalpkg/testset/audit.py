@@ -232,7 +232,7 @@ def period_series(g: Gold) -> Layout | None:
     year, number = int(month[:4]), int(month[5:])
     previous = f"{year - 1}-12" if number == 1 else f"{year}-{number - 1:02d}"
     # a measure of either period may be NULL in some world (an average over no stays): still a measure
-    measures = [j for j in range(len(g.columns)) if all(v is None or _numeric(v) for v in (r[j] for r in g.rows))]
+    measures = _columns_where(g, lambda vs: all(v is None or _numeric(v) for v in vs))
     sides = {j: side for j in measures if (side := _side(g.columns[j]))}
     stems = sorted({stem for _, stem in sides.values()})
     keys = [j for j in range(len(g.columns)) if j not in sides]
@@ -258,7 +258,7 @@ def period_rows_by_role(g: Gold) -> Layout | None:
 
 def _period_rows(g: Gold, *, swapped: bool) -> Layout | None:
     # a measure of either period may be NULL in some world (an average over no stays): still a measure
-    measures = [j for j in range(len(g.columns)) if all(v is None or _numeric(v) for v in (r[j] for r in g.rows))]
+    measures = _columns_where(g, lambda vs: all(v is None or _numeric(v) for v in vs))
     sides = {j: side for j in measures if (side := _side(g.columns[j]))}
     stems = sorted({stem for _, stem in sides.values()})
     cell = {side: j for j, side in sides.items()}
