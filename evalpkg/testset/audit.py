@@ -231,9 +231,7 @@ def period_series(g: Gold) -> Layout | None:
         return None
     year, number = int(month[:4]), int(month[5:])
     previous = f"{year - 1}-12" if number == 1 else f"{year}-{number - 1:02d}"
-    # a measure of either period may be NULL in some world (an average over no stays): still a measure
-    measures = _columns_where(g, lambda vs: all(v is None or _numeric(v) for v in vs))
-    sides = {j: side for j in measures if (side := _side(g.columns[j]))}
+    sides = _period_sides(g)
     stems = sorted({stem for _, stem in sides.values()})
     keys = [j for j in range(len(g.columns)) if j not in sides]
     cell = {side: j for j, side in sides.items()}
@@ -257,9 +255,7 @@ def period_rows_by_role(g: Gold) -> Layout | None:
 
 
 def _period_rows(g: Gold, *, swapped: bool) -> Layout | None:
-    # a measure of either period may be NULL in some world (an average over no stays): still a measure
-    measures = _columns_where(g, lambda vs: all(v is None or _numeric(v) for v in vs))
-    sides = {j: side for j in measures if (side := _side(g.columns[j]))}
+    sides = _period_sides(g)
     stems = sorted({stem for _, stem in sides.values()})
     cell = {side: j for j, side in sides.items()}
     periods = [j for j in range(len(g.columns)) if j not in sides and PERIOD_NAME.search(g.columns[j])]
@@ -295,6 +291,13 @@ def _period_pair(value: Any, quarters: bool) -> tuple[str, str] | None:
         q = (month + 2) // 3
         return (f"{year - 1}-Q4" if q == 1 else f"{year}-Q{q - 1}"), f"{year}-Q{q}"
     return (f"{year - 1}-12" if month == 1 else f"{year}-{month - 1:02d}"), value
+
+
+def _period_sides(g: Gold) -> dict[int, tuple[str, str]]:
+    """Column -> ('prev' | 'this', the measure) for the gold's measures of either period; a measure may be NULL
+    in some world (an average over no stays) and is still a measure."""
+    measures = _columns_where(g, lambda vs: all(v is None or _numeric(v) for v in vs))
+    return {j: side for j in measures if (side := _side(g.columns[j]))}
 
 
 def _side(column: str) -> tuple[str, str] | None:
