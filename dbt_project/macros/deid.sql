@@ -51,3 +51,15 @@
         else '0-17'
     end
 {%- endmacro %}
+
+{# The snapshot's pinned "now": the end of meta.his_info.as_of. Production runs 52 weeks (the largest
+   shift) past it, so every patient is whole up to it; what a shift moves past it is not synced yet,
+   and every state (an open stay, a pending report, a running order) is the state at it. #}
+{% macro snapshot_now() -%}
+    (select (as_of + interval '1 day' - interval '1 second')::timestamp from {{ source('meta', 'his_info') }})
+{%- endmacro %}
+
+{# A shifted time as it stands at the snapshot's "now": NULL while it is still to come. #}
+{% macro as_at_now(shifted) -%}
+    case when {{ shifted }} <= {{ snapshot_now() }} then {{ shifted }} end
+{%- endmacro %}

@@ -26,3 +26,23 @@
     {%- set column = 'built' if env_var('EVALPKG_DBT_BUILD_SUFFIX', '') else 'high_water' -%}
     update staging.sync_watermark set {{ column }} = pending where model = '{{ model_name }}'
 {% endmacro %}
+
+{#
+  An incremental model whose rows depend on the snapshot's "now" (a report released after it is still
+  pending) is rebuilt in full when the "now" moved since its last build: rows that did not change in
+  prod change in the eval DB. The "now" is kept as a second watermark row, '<model>@now', promoted
+  with the first.
+#}
+{% macro snapshot_now_moved(model_name) %}
+    {% set moved = {'value': true} %}
+    {% if execute %}
+        {% set now = run_query("select " ~ snapshot_now() ~ "::text").columns[0].values()[0] %}
+        {% set key = model_name ~ '@now' %}
+        {% set before = run_query("select high_water::text from staging.sync_watermark where model = '" ~ key ~ "'").columns[0].values() %}
+        {% do moved.update({'value': not before or before[0] != now}) %}
+        {% do run_query(
+            "insert into staging.sync_watermark (model, pending) values ('" ~ key ~ "', '" ~ now ~ "') "
+            ~ "on conflict (model) do update set pending = excluded.pending") %}
+    {% endif %}
+    {{ return(moved.value) }}
+{% endmacro %}

@@ -155,8 +155,8 @@ def generate_labs(rng: np.random.Generator, pts: Patients, v: Visits, as_of: dat
     send_out = rng.random(n) < 0.08
     report_h = np.where(send_out, rng.uniform(48, MAX_REPORT_WAIT_H, n), rng.uniform(0.5, 30, n))
     reported = executed + (report_h * 3600).astype("timedelta64[s]")
-    # A final report not yet out by the snapshot's end has no report time; as it waits at most
-    # MAX_REPORT_WAIT_H, only labs executed in the snapshot's last 7 days can (data dictionary, report_time).
+    # A final report not yet out by the world's end has no report time; as it waits at most
+    # MAX_REPORT_WAIT_H, only labs executed in the last 7 days can (data dictionary, report_time).
     end = np.datetime64(as_of, "s") + np.timedelta64(86399, "s")
     reported = np.where(reported > end, np.datetime64("NaT"), reported)
 

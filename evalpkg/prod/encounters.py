@@ -9,6 +9,7 @@ import numpy as np
 
 from evalpkg.prod.catalog import conditions, departments
 from evalpkg.prod.patients import Patients
+from evalpkg.prod.stays import Draft, add_readmissions, draw_los, separate_stays
 
 HOUR = np.timedelta64(3600, "s")
 DAY = np.timedelta64(86400, "s")
@@ -74,9 +75,6 @@ def generate_visits(rng: np.random.Generator, pts: Patients, start: date, as_of:
     winter = np.array([bool(conds[f].get("winter")) if f >= 0 else False for f in focus])
     span = (as_of - start).days
     day = np.datetime64(start, "D") + _seasonal_days(rng, nv, span, winter).astype("timedelta64[D]")
-    # A slice of visits lands in the last fortnight, so the census (still admitted) is never empty.
-    recent = rng.random(nv) < 0.03
-    day = np.where(recent, np.datetime64(as_of, "D") - rng.integers(0, 14, nv).astype("timedelta64[D]"), day)
     birth = pts.birth[patient]
     day = np.maximum(day, birth + np.timedelta64(1, "D"))
     age_at = (day - birth).astype(int) / 365.25
@@ -108,10 +106,25 @@ def generate_visits(rng: np.random.Generator, pts: Patients, start: date, as_of:
     booked = rng.random(nv) < np.where(inpatient, 0.3, 0.4)
     lead_h = np.where(booked, rng.uniform(24, 14 * 24, nv), lead_h)
     registered = admitted - (lead_h * 3600).astype("timedelta64[s]")
-    los_mean = np.where(age_at > 70, 9.5, 6.5)
-    los = np.maximum(rng.lognormal(np.log(los_mean), 0.55, nv), 0.6)
-    discharged = admitted + (los * 86400).astype("timedelta64[s]")
+    draft = Draft(patient, focus, dept.astype(str), inpatient, admitted, registered, draw_los(rng, age_at))
+
+    # Readmissions, then one stay at a time per patient; nothing after the world's end.
     end = np.datetime64(as_of, "s") + DAY - np.timedelta64(1, "s")
+    draft = add_readmissions(rng, draft, n_chronic, pts.birth)
+    draft = draft.take(np.flatnonzero(draft.admitted <= end))
+    draft = separate_stays(rng, draft, end)
+    draft = draft.take(np.lexsort((draft.admitted, draft.patient)))
+    patient, focus, inpatient, admitted = draft.patient, draft.focus, draft.inpatient, draft.admitted
+    nv = len(patient)
+    day = admitted.astype("datetime64[D]")
+    age_at = (day - pts.birth[patient]).astype(int) / 365.25
+    dept = draft.dept.astype(object)
+    # A readmission, or a stay moved after another, does not go to a department closed by then.
+    late = (dept == RETIRED_DEPT) & (day > retire)
+    dept[late] = [conds[f]["depts"][0] if f != CHECKUP else "0601" for f in focus[late]]
+
+    discharged = admitted + (draft.los * 86400).astype("timedelta64[s]")
+    # Stays not over by the world's end are open: no discharge time, length or way yet.
     still_in = discharged > end
     discharged = np.where(inpatient & ~still_in, discharged, np.datetime64("NaT"))
     los_days = np.where(
@@ -135,7 +148,7 @@ def generate_visits(rng: np.random.Generator, pts: Patients, start: date, as_of:
         visit_id,
         inpatient,
         dept.astype(str),
-        registered,
+        draft.registered,
         admitted,
         discharged,
         los_days,

@@ -7,7 +7,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from importlib import resources
 
 import numpy as np
@@ -26,13 +26,16 @@ from evalpkg.prod.encounters import (
     generate_visits,
 )
 from evalpkg.prod.patients import Patients, generate_patients
-from evalpkg.prod.terminal import drop_after_death
+from evalpkg.prod.terminal import drop_after_death, drop_after_end
 from evalpkg.prod.tickets import Ticket, generate_tickets
 from evalpkg.progress import Progress, quiet
 
-GENERATOR_VERSION = "1"
+GENERATOR_VERSION = "2"  # 2: production runs SNAPSHOT_LAG past the snapshot, no hand-placed visits
 MIN_PATIENTS, MAX_PATIENTS = 100, 100_000
-DEFAULT_AS_OF = date(2026, 10, 31)
+DEFAULT_AS_OF = date(2026, 10, 31)  # the eval snapshot's pinned "now" (meta.his_info.as_of)
+# Production's own "now" is the largest date shift (dbt macro shift_days: 52 weeks) past the snapshot's,
+# so every patient, however far the shift moves it back, is whole up to the snapshot's "now".
+SNAPSHOT_LAG = timedelta(days=364)
 DATA_START = date(2019, 1, 1)
 INDEXES = [
     "create index on his.t_zy_visit (patient_id)",
@@ -68,8 +71,12 @@ def _flag(values: np.ndarray) -> np.ndarray:
 
 
 def _load_patients(conn: psycopg.Connection, p: Patients, v: Visits) -> int:
-    first_visit = np.full(len(p), np.datetime64("2100-01-01T00:00:00"), dtype="datetime64[s]")
-    np.minimum.at(first_visit, v.patient, v.registered)
+    # The record is created the day before the first registration that was not voided (any, if all were).
+    never = np.datetime64("2100-01-01T00:00:00", "s")
+    first_kept, first_any = np.full(len(p), never), np.full(len(p), never)
+    np.minimum.at(first_kept, v.patient[~v.deleted], v.registered[~v.deleted])
+    np.minimum.at(first_any, v.patient, v.registered)
+    first_visit = np.where(first_kept < never, first_kept, first_any)
     created = first_visit - np.timedelta64(1, "D")
     return cw.copy_columns(
         conn,
@@ -254,16 +261,18 @@ class World:
 def draw(patients: int, seed: int, as_of: date = DEFAULT_AS_OF) -> World:
     """The simulated HIS in memory: deterministic per seed, nothing touches a database."""
     rng = np.random.default_rng(seed)
+    prod_now = as_of + SNAPSHOT_LAG
     p = generate_patients(rng, patients, as_of)
-    v = generate_visits(rng, p, DATA_START, as_of)
+    v = generate_visits(rng, p, DATA_START, prod_now)
     d = generate_diagnoses(rng, p, v)
-    lab = generate_labs(rng, p, v, as_of)
+    lab = generate_labs(rng, p, v, prod_now)
     orders = generate_orders(rng, p, v)
     live = ~p.deleted
     named = list(zip(np.array(p.name, dtype=object)[live].tolist(), p.patient_id[live].tolist(), strict=True))
     tickets = generate_tickets(rng, as_of, per_month=max(8, min(40, patients // 2500)), patients=named)
     # Visits are drawn without knowing of deaths, so trimmed after every draw: this draws nothing.
     v, d, lab, orders, dropped = drop_after_death(v, d, lab, orders, len(p))
+    d, lab, orders = drop_after_end(v, d, lab, orders, np.datetime64(prod_now, "s") + np.timedelta64(86399, "s"))
     return World(p, v, d, lab, orders, tickets, dropped)
 
 

@@ -71,3 +71,13 @@ def drop_after_death(
         _of_kept_visits(orders, keep, new_index),
         int((~keep).sum()),
     )
+
+
+def drop_after_end(
+    v: Visits, d: Diagnoses, lab: Labs, orders: Orders, end: np.datetime64
+) -> tuple[Diagnoses, Labs, Orders]:
+    """Nothing is recorded after the world's end (a stay admitted hours before it has no diagnosis,
+    lab or order yet), and no ward sample is taken after its stay's discharge."""
+    discharged = np.where(np.isnat(v.discharged), NEVER, v.discharged)[lab.visit]
+    lab_kept = (lab.executed <= end) & (lab.sampled <= discharged)
+    return _take(d, d.time <= end), _take(lab, lab_kept), _take(orders, orders.start <= end)

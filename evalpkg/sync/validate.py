@@ -14,7 +14,17 @@ from evalpkg.settings import EVAL_DB, PROD_DB, Settings
 
 # Checked by their own format expectations; hex digests would look like phone numbers.
 PSEUDONYM_COLUMNS = ("patient_id", "visit_id")
-ROW_PARITY_TABLES = ("t_patient_info", "t_zy_visit", "t_diag_record", "t_lab_result", "t_med_order")
+# Each table's row-parity bounds, by the time its row happened: with the key, dbt's
+# assert_row_parity_with_prod checks the exact count; without it, a row whose prod time is within the
+# smallest shift (7 days) past the snapshot's "now" is surely synced, and one past the largest (364) never.
+ROW_PARITY_TABLES = {
+    "t_patient_info": "jdrq",
+    "t_zy_visit": "ryrq",
+    "t_diag_record": "zdsj",
+    "t_lab_result": "exec_time",
+    "t_med_order": "kssj",
+}
+SHIFT_DAYS_RANGE = (7, 364)
 # A mart schema qualifying a name in the suite's queries ("from emr.t_lab_result"), not part of one.
 QUALIFIED = re.compile(r'(?<![\w."$])(' + "|".join(MART_SCHEMAS) + r")\.(?=[a-z_\"])")
 
@@ -39,9 +49,16 @@ def _text_values_query(settings: Settings, schemas: list[str]) -> str:
 def _parameters(settings: Settings, suffix: str) -> dict[str, Any]:
     params: dict[str, Any] = {}
     with connect(settings.db_url(PROD_DB)) as conn:
-        for table in ROW_PARITY_TABLES:
-            row = conn.execute(f"select count(*) from his.{table} where is_deleted = 0").fetchone()
-            params[f"prod_rows_{table}"] = int(row[0]) if row else 0
+        for table, happened in ROW_PARITY_TABLES.items():
+            row = conn.execute(
+                f"select count(*) filter (where {happened} <= now + make_interval(days => %s)), "
+                f"count(*) filter (where {happened} <= now + make_interval(days => %s)) "
+                f"from his.{table}, (select as_of + interval '1 day' - interval '1 second' as now "
+                "from meta.his_info) as snapshot where is_deleted = 0",
+                SHIFT_DAYS_RANGE,
+            ).fetchone()
+            params[f"prod_rows_{table}_surely_synced"] = int(row[0]) if row else 0
+            params[f"prod_rows_{table}_may_sync"] = int(row[1]) if row else 0
     with connect(settings.db_url(EVAL_DB)) as conn:
         snap = conn.execute(f"select extract(year from pinned_date)::int from meta{suffix}.snapshot").fetchone()
     if snap is None:

@@ -1,4 +1,5 @@
 -- Direct identifiers (brxm, sfzh, lxdh, jtzz) are never selected; birth date becomes a year.
+-- Patients registered by the snapshot's "now".
 with source as (
     select * from {{ source('his', 't_patient_info') }} where is_deleted = 0
 ),
@@ -24,3 +25,4 @@ select
     hyzk,
     {{ shift('jdrq', 'shift_days') }} as jdrq
 from keyed
+where {{ shift('jdrq', 'shift_days') }} <= {{ snapshot_now() }}

@@ -21,7 +21,7 @@ select
         counts.n_visits, counts.n_diagnoses, counts.n_lab_results, counts.n_med_orders,
         {{ keyed_hash('snapshot', "'version'") }}
     )), 8) as snapshot_version,
-    (info.as_of + interval '1 day' - interval '1 second')::timestamp as pinned_now,
+    {{ snapshot_now() }} as pinned_now,
     info.as_of as pinned_date,
     counts.*
 from info
