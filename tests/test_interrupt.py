@@ -33,7 +33,7 @@ from evalpkg.testset import release, worlds
 from evalpkg.testset.models import Annotator, Task
 from evalpkg.testset.refresh import Candidate, Decision, load_queue
 from evalpkg.testset.review_queue import SecondAnnotation, Wording
-from tests.sync.helpers import content_fingerprint
+from tests.sync.helpers import CHANGED_NOW, content_fingerprint
 
 SYNC_PROGRESS = (
     "running dbt build (staging -> marts, data and unit tests)",
@@ -179,22 +179,28 @@ def prod_changed(synced: SyncReport, generated: Settings) -> Iterator[ProdChange
             "order by lab_id limit 2"
         ).fetchall()
         change = ProdChange(diag_id, labs[0][0], labs[1][0])
-        prod.execute("update his.t_diag_record set is_deleted = 1, update_time = now() where diag_id = %s", (diag_id,))
         prod.execute(
-            "update his.t_lab_result set is_deleted = 1, update_time = now() where lab_id = %s", (change.lab_deleted,)
+            f"update his.t_diag_record set is_deleted = 1, update_time = {CHANGED_NOW} where diag_id = %s", (diag_id,)
         )
         prod.execute(
-            "update his.t_lab_result set result_value = result_value + 0.5, update_time = now() where lab_id = %s",
+            f"update his.t_lab_result set is_deleted = 1, update_time = {CHANGED_NOW} where lab_id = %s",
+            (change.lab_deleted,),
+        )
+        prod.execute(
+            f"update his.t_lab_result set result_value = result_value + 0.5, update_time = {CHANGED_NOW} where lab_id = %s",
             (change.lab_updated,),
         )
     yield change
     with connect(generated.db_url(PROD_DB)) as prod:
-        prod.execute("update his.t_diag_record set is_deleted = 0, update_time = now() where diag_id = %s", (diag_id,))
         prod.execute(
-            "update his.t_lab_result set is_deleted = 0, update_time = now() where lab_id = %s", (change.lab_deleted,)
+            f"update his.t_diag_record set is_deleted = 0, update_time = {CHANGED_NOW} where diag_id = %s", (diag_id,)
         )
         prod.execute(
-            "update his.t_lab_result set result_value = result_value - 0.5, update_time = now() where lab_id = %s",
+            f"update his.t_lab_result set is_deleted = 0, update_time = {CHANGED_NOW} where lab_id = %s",
+            (change.lab_deleted,),
+        )
+        prod.execute(
+            f"update his.t_lab_result set result_value = result_value - 0.5, update_time = {CHANGED_NOW} where lab_id = %s",
             (change.lab_updated,),
         )
     run_sync(generated, validate=False)

@@ -47,9 +47,7 @@ def draw_los(rng: np.random.Generator, age_at: np.ndarray) -> np.ndarray:
     return np.maximum(rng.lognormal(np.log(los_mean), 0.55, len(age_at)), 0.6)
 
 
-def add_readmissions(
-    rng: np.random.Generator, draft: Draft, n_chronic: np.ndarray, birth: np.ndarray
-) -> Draft:
+def add_readmissions(rng: np.random.Generator, draft: Draft, n_chronic: np.ndarray, birth: np.ndarray) -> Draft:
     """A readmission to the same department for the same condition, days to weeks after a stay."""
     stays = np.flatnonzero(draft.inpatient)
     p = np.minimum(READMIT_BASE + READMIT_PER_CHRONIC * n_chronic[draft.patient[stays]], READMIT_MAX)

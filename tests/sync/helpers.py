@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from datetime import datetime, time, timedelta
 
 from evalpkg.db import connect
+from evalpkg.prod.generator import DEFAULT_AS_OF
 from evalpkg.settings import EVAL_DB, Settings
 
 MART_TABLES = ("t_patient_info", "t_zy_visit", "t_diag_record", "t_lab_result", "t_med_order")
@@ -28,6 +30,25 @@ def pseudonym(key: bytes, purpose: str, prefix: str, value: str) -> str:
 
 def shift_days(key: bytes, patient_id: str) -> int:
     return 7 * (1 + int(keyed(key, "shift", patient_id)[:8], 16) % 52)
+
+
+# An update_time for a change made in prod now: production's clock runs SNAPSHOT_LAG past the snapshot,
+# so past the wall clock (its last rows are from 2027), and a change must come after them to be synced.
+CHANGED_NOW = "(clock_timestamp() + interval '2 years')"
+SNAPSHOT_NOW = datetime.combine(DEFAULT_AS_OF, time(23, 59, 59))
+# The time each table's row happened at: a row is synced once its shifted time is by the snapshot's now.
+HAPPENED = {
+    "t_patient_info": "jdrq",
+    "t_zy_visit": "ryrq",
+    "t_diag_record": "zdsj",
+    "t_lab_result": "exec_time",
+    "t_med_order": "kssj",
+}
+
+
+def by_now(key: bytes, patient_id: str, happened: datetime) -> bool:
+    """Whether a prod time, moved by its patient's shift, is by the snapshot's "now"."""
+    return happened - timedelta(days=shift_days(key, patient_id)) <= SNAPSHOT_NOW
 
 
 def content_fingerprint(settings: Settings) -> dict[str, str]:

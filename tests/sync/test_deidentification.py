@@ -8,7 +8,7 @@ from evalpkg.db import connect
 from evalpkg.settings import EVAL_DB, PROD_DB, Settings
 from evalpkg.sync import dbt
 from evalpkg.sync.runner import SyncReport
-from tests.sync.helpers import MART_TABLES, current_key, pseudonym, shift_days
+from tests.sync.helpers import HAPPENED, MART_TABLES, by_now, current_key, pseudonym, shift_days
 
 IDENTIFIER_COLUMNS = ("patient_id", "brxm", "sfzh", "lxdh", "jtzz")
 
@@ -52,21 +52,27 @@ def test_no_production_identifier_value_survives_anywhere(synced: SyncReport, ge
 def test_pseudonyms_are_keyed_hmacs_and_consistent_across_tables(synced: SyncReport, generated: Settings) -> None:
     key = current_key(generated)
     with connect(generated.db_url(PROD_DB)) as prod:
-        visits = prod.execute("select visit_id, patient_id from his.t_zy_visit where is_deleted = 0").fetchall()
-        labs = prod.execute("select lab_id, visit_id, patient_id from his.t_lab_result where is_deleted = 0").fetchall()
+        visits = prod.execute("select visit_id, patient_id, ryrq from his.t_zy_visit where is_deleted = 0").fetchall()
+        labs = prod.execute(
+            "select lab_id, visit_id, patient_id, exec_time from his.t_lab_result where is_deleted = 0"
+        ).fetchall()
     with connect(generated.db_url(EVAL_DB)) as ev:
         eval_visits = dict(ev.execute("select visit_id, patient_id from emr.t_zy_visit").fetchall())
         eval_labs = {
             r[0]: (r[1], r[2]) for r in ev.execute("select lab_id, visit_id, patient_id from emr.t_lab_result")
         }
         patients = {r[0] for r in ev.execute("select patient_id from emr.t_patient_info")}
-    for visit_id, patient_id in visits:
+    later = 0
+    for visit_id, patient_id, happened in visits:
+        if not by_now(key, patient_id, happened):
+            later += 1
+            assert pseudonym(key, "vid", "V", visit_id) not in eval_visits
+            continue
         assert eval_visits[pseudonym(key, "vid", "V", visit_id)] == pseudonym(key, "pid", "P", patient_id)
-    for lab_id, visit_id, patient_id in labs:
-        assert eval_labs[lab_id] == (
-            pseudonym(key, "vid", "V", visit_id),
-            pseudonym(key, "pid", "P", patient_id),
-        )
+    for lab_id, visit_id, patient_id, happened in labs:
+        expected = (pseudonym(key, "vid", "V", visit_id), pseudonym(key, "pid", "P", patient_id))
+        assert eval_labs.get(lab_id) == (expected if by_now(key, patient_id, happened) else None)
+    assert later > 0  # production runs past the snapshot's "now"
     assert {v for v in eval_visits.values()} <= patients
 
 
@@ -81,10 +87,14 @@ def test_every_date_of_a_patient_moves_by_one_whole_week_offset(synced: SyncRepo
     seen_offsets: dict[str, set[int]] = {}
     for table, key_col, time_col in checks:
         with connect(generated.db_url(PROD_DB)) as prod:
-            rows = prod.execute(
-                f"select {key_col}, patient_id, {time_col} from his.{table} "
-                f"where is_deleted = 0 and {time_col} is not null"
-            ).fetchall()
+            rows = [
+                r
+                for r in prod.execute(
+                    f"select {key_col}, patient_id, {time_col} from his.{table} "
+                    f"where is_deleted = 0 and {time_col} is not null"
+                )
+                if by_now(key, r[1], r[2])
+            ]
         with connect(generated.db_url(EVAL_DB)) as ev:
             if key_col == "visit_id":
                 shifted = {}
@@ -111,7 +121,13 @@ def test_birth_year_only_and_ages_over_89_grouped(synced: SyncReport, generated:
     key = current_key(generated)
     as_of = date(2026, 10, 31)
     with connect(generated.db_url(PROD_DB)) as prod:
-        births = prod.execute("select patient_id, csrq from his.t_patient_info where is_deleted = 0").fetchall()
+        births = [
+            (patient_id, birth)
+            for patient_id, birth, created in prod.execute(
+                "select patient_id, csrq, jdrq from his.t_patient_info where is_deleted = 0"
+            )
+            if by_now(key, patient_id, created)
+        ]
     with connect(generated.db_url(EVAL_DB)) as ev:
         eval_rows = {r[0]: (r[1], r[2]) for r in ev.execute("select patient_id, csnf, nlfz from emr.t_patient_info")}
     over_89 = shown_older = 0
@@ -131,9 +147,16 @@ def test_birth_year_only_and_ages_over_89_grouped(synced: SyncReport, generated:
 
 
 def test_row_parity_and_no_deleted_rows(synced: SyncReport, generated: Settings) -> None:
+    """Every live prod row that happened by the snapshot's "now" (shifted), and no other."""
+    key = current_key(generated)
     with connect(generated.db_url(PROD_DB)) as prod:
         expected = {
-            t: prod.execute(f"select count(*) from his.{t} where is_deleted = 0").fetchone()[0]  # type: ignore[index]
+            t: sum(
+                by_now(key, patient_id, happened)
+                for patient_id, happened in prod.execute(
+                    f"select patient_id, {HAPPENED[t]} from his.{t} where is_deleted = 0"
+                )
+            )
             for t in MART_TABLES
         }
     assert synced.rows == expected

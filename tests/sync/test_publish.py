@@ -13,7 +13,7 @@ from evalpkg.settings import AGENT_ROLE, EVAL_DB, PROD_DB, Settings
 from evalpkg.sync import publish
 from evalpkg.sync.runner import SyncReport, run_sync
 from evalpkg.sync.validate import in_schemas
-from tests.sync.helpers import content_fingerprint
+from tests.sync.helpers import CHANGED_NOW, content_fingerprint
 
 
 def schemas(settings: Settings) -> list[str]:
@@ -40,7 +40,9 @@ def test_a_build_failing_validation_is_never_published(synced: SyncReport, gener
             "select lab_id, result_value from his.t_lab_result "
             "where xmdm = 'K' and result_value is not null and is_deleted = 0 order by lab_id limit 1"
         ).fetchone()  # type: ignore[misc]
-        prod.execute("update his.t_lab_result set result_value = 99, update_time = now() where lab_id = %s", (lab_id,))
+        prod.execute(
+            f"update his.t_lab_result set result_value = 99, update_time = {CHANGED_NOW} where lab_id = %s", (lab_id,)
+        )
     try:
         with pytest.raises(SyncError, match=r"lab_K_mmol_per_L: expect_column_values_to_be_between"):
             run_sync(generated)
@@ -54,7 +56,8 @@ def test_a_build_failing_validation_is_never_published(synced: SyncReport, gener
     finally:
         with connect(generated.db_url(PROD_DB)) as prod:
             prod.execute(
-                "update his.t_lab_result set result_value = %s, update_time = now() where lab_id = %s", (value, lab_id)
+                f"update his.t_lab_result set result_value = %s, update_time = {CHANGED_NOW} where lab_id = %s",
+                (value, lab_id),
             )
     again = run_sync(generated)  # starts from a clean build; the watermark never moved past the bad row
     assert again.snapshot_version == synced.snapshot_version

@@ -16,7 +16,7 @@ from evalpkg.settings import EVAL_DB, PROD_DB, Settings
 from evalpkg.sync.runner import SyncReport, run_sync
 from evalpkg.sync.validate import validate_eval_db
 from tests.conftest import running_cluster
-from tests.sync.helpers import content_fingerprint, current_key
+from tests.sync.helpers import CHANGED_NOW, content_fingerprint, current_key
 
 
 def test_second_sync_changes_nothing(synced: SyncReport, generated: Settings) -> None:
@@ -37,17 +37,17 @@ def test_incremental_sync_applies_updates_inserts_and_deletions(synced: SyncRepo
         ]
         soft_deleted, hard_deleted, updated = ids
         prod.execute(
-            "update his.t_lab_result set is_deleted = 1, update_time = now() where lab_id = %s",
+            f"update his.t_lab_result set is_deleted = 1, update_time = {CHANGED_NOW} where lab_id = %s",
             (soft_deleted,),
         )
         prod.execute("delete from his.t_lab_result where lab_id = %s", (hard_deleted,))
         prod.execute(
-            "update his.t_lab_result set result_value = result_value * 1.01, update_time = now() where lab_id = %s",
+            f"update his.t_lab_result set result_value = result_value * 1.01, update_time = {CHANGED_NOW} where lab_id = %s",
             (updated,),
         )
         new_id = prod.execute(
             "insert into his.t_lab_result select lab_id + 10000000, visit_id, patient_id, xmdm, xmmc, result_value, "
-            "unit, ref_range, result_flag, bgzt, bz, cysj, exec_time, report_time, now(), 0 "
+            f"unit, ref_range, result_flag, bgzt, bz, cysj, exec_time, report_time, {CHANGED_NOW}, 0 "
             "from his.t_lab_result where lab_id = %s returning lab_id",
             (updated,),
         ).fetchone()[0]  # type: ignore[index]

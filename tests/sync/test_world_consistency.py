@@ -18,7 +18,7 @@ from evalpkg.db import connect
 from evalpkg.errors import SyncError
 from evalpkg.prod.clinical import MAX_REPORT_WAIT_H
 from evalpkg.prod.encounters import PEDIATRIC_AGE, PEDIATRICS
-from evalpkg.prod.generator import DEFAULT_AS_OF, World, draw
+from evalpkg.prod.generator import DEFAULT_AS_OF, SNAPSHOT_LAG, World, draw
 from evalpkg.prod.terminal import after_death
 from evalpkg.settings import EVAL_DB, Settings
 from evalpkg.sync.dbt import run_dbt
@@ -57,7 +57,7 @@ def _adult_pediatric_visits(w: World) -> int:
 
 def _reports_pending_too_long(w: World) -> int:
     lab = w.labs
-    end = np.datetime64(DEFAULT_AS_OF, "s") + np.timedelta64(86399, "s")
+    end = np.datetime64(DEFAULT_AS_OF + SNAPSHOT_LAG, "s") + np.timedelta64(86399, "s")
     pending = ~lab.cancelled & np.isnat(lab.reported)
     return int((pending & (lab.executed < end - np.timedelta64(MAX_REPORT_WAIT_H, "h"))).sum())
 
