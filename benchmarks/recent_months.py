@@ -38,6 +38,23 @@ group by m.month order by m.month
 """.replace("{back}", str(MONTHS - 1))
 
 
+# Every department with an outpatient visit in the last 12 months, by month (a month without one is a 0).
+DEPT_MONTHS = """
+with months as (
+    select generate_series(date_trunc('month', %(now)s::timestamp) - interval '11 months',
+                           date_trunc('month', %(now)s::timestamp), interval '1 month') as month
+), depts as (
+    select distinct ksdm from emr.t_zy_visit
+    where visit_type = 'MZ' and ryrq > %(now)s::timestamp - interval '12 months'
+)
+select count(v.*)
+from depts d cross join months m
+left join emr.t_zy_visit v
+    on v.ksdm = d.ksdm and v.visit_type = 'MZ' and date_trunc('month', v.ryrq) = m.month
+group by d.ksdm, m.month
+"""
+
+
 def monthly(url: str, table: str, live: str, now: object) -> list[tuple[str, int, int]]:
     with connect(url) as conn:
         rows = conn.execute(MONTHLY.format(table=table, live=live), {"now": now}).fetchall()
@@ -76,6 +93,14 @@ def main() -> int:
             f"{kind}: last 12 months / the 12 before: prod {base:.2f}, eval {ours:.2f} "
             f"({'inside' if inside else 'outside'} the band 1 ± {band:.2f})"
         )
+    with connect(settings.db_url(EVAL_DB)) as conn:
+        cells = [int(n) for (n,) in conn.execute(DEPT_MONTHS, {"now": now})]
+    cells.sort()
+    print(
+        f"department x month outpatient visits over the last 12 months ({len(cells)} cells): "
+        f"median {cells[len(cells) // 2] if cells else 0}, under 10 in {sum(n < 10 for n in cells)} "
+        "(a month-over-month change of one department rests on these counts)"
+    )
     return 1 if failed else 0
 
 

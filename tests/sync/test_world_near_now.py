@@ -15,10 +15,11 @@ import pytest
 from evalpkg.db import connect
 from evalpkg.errors import SyncError
 from evalpkg.prod.generator import DEFAULT_AS_OF, SNAPSHOT_LAG, World, draw
-from evalpkg.settings import EVAL_DB, Settings
+from evalpkg.settings import EVAL_DB, PROD_DB, Settings
 from evalpkg.sync.dbt import run_dbt
-from evalpkg.sync.runner import SyncReport
+from evalpkg.sync.runner import SyncReport, run_sync
 from tests.conftest import TEST_PATIENTS, TEST_SEED
+from tests.sync.helpers import content_fingerprint
 
 CHECKS = (
     "assert_recent_year_volume_steady",
@@ -174,3 +175,23 @@ def test_a_check_near_now_fails_on_a_broken_world(restored: Settings, check: str
         assert ev.execute(breaks).rowcount > 0, breaks
     with pytest.raises(SyncError, match=rf"test {check}"):
         run_dbt(restored, "test", "--select", check)
+
+
+def test_a_later_now_releases_what_was_pending_incrementally_as_a_full_build_does(
+    synced: SyncReport, generated: Settings
+) -> None:
+    """The monthly refresh moves "now" on: rows that did not change in prod change in the eval DB (a report
+    released, a stay discharged, later visits synced), the incremental lab table included."""
+    with connect(generated.db_url(PROD_DB)) as prod:
+        prod.execute("update meta.his_info set as_of = as_of + 28")
+    try:
+        later = run_sync(generated, validate=False)  # its dbt checks fail if a state stayed behind
+        incremental = content_fingerprint(generated)
+        assert later.rows["t_zy_visit"] > synced.rows["t_zy_visit"]
+        run_sync(generated, full_refresh=True, validate=False)
+        assert content_fingerprint(generated) == incremental
+    finally:
+        with connect(generated.db_url(PROD_DB)) as prod:
+            prod.execute("update meta.his_info set as_of = as_of - 28")
+        back = run_sync(generated, validate=False)  # "now" moved back: what lies after it leaves again
+    assert back.rows == synced.rows
