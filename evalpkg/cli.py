@@ -95,7 +95,7 @@ def _patients_in_range(value: int) -> int:
 def prod_generate(
     patients: Annotated[int, typer.Option(callback=_patients_in_range, help="number of patients (100..100000)")] = 2000,
     seed: Annotated[int, typer.Option(help="random seed; same seed, same database")] = 7,
-    as_of: Annotated[str, typer.Option(help="the eval snapshot's 'now' (YYYY-MM-DD); production runs 52 weeks past it")] = "2026-10-31",
+    as_of: Annotated[str, typer.Option(help="the snapshot's 'now' (YYYY-MM-DD); prod runs 52 weeks on")] = "2026-10-31",
 ) -> None:
     """Generate the simulated production database (replaces what is there)."""
     from evalpkg.db import connect
