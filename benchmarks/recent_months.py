@@ -1,7 +1,7 @@
 """Is the de-identified world true to production up to its "now"? Monthly visits and admissions over the 24
 months before the snapshot's pinned "now", production vs the eval DB, and the ratio the shift artifact shows
 in: the last 12 months' volume over the 12 before them. Production's volume is steady (its ratio is printed as
-the baseline), so the eval DB's ratio must lie within 15% of 1, or within 3 standard errors of its counts where
+the baseline), so the eval DB's ratio must lie within 15% of 1, or within 4 standard errors of its counts where
 that is wider (the rule of dbt's assert_recent_year_volume_steady, which fails the sync). Reads the built world
 (`evalpkg up`, `prod generate`, `sync`).
 
@@ -67,7 +67,7 @@ def ratio(rows: list[tuple[str, int, int]], column: int) -> tuple[float, float]:
     before, last = sum(counts[:12]), sum(counts[12:])
     if not before:
         return float("nan"), 0.0
-    return last / before, max(BAND, 3 * math.sqrt(1 / max(last, 1) + 1 / before))
+    return last / before, max(BAND, 4 * math.sqrt(1 / max(last, 1) + 1 / before))
 
 
 def main() -> int:

@@ -28,21 +28,30 @@
 {% endmacro %}
 
 {#
-  An incremental model whose rows depend on the snapshot's "now" (a report released after it is still
-  pending) is rebuilt in full when the "now" moved since its last build: rows that did not change in
-  prod change in the eval DB. The "now" is kept as a second watermark row, '<model>@now', promoted
-  with the first.
+  An incremental model is rebuilt in full when the snapshot changed under it since its last build: its
+  "now" moved (a report released after it is still pending: rows that did not change in prod change in
+  the eval DB), or production was generated anew (`prod generate` replaces every row, with update times
+  the watermark may already have passed). Each is kept as a watermark row of its own, '<model>@now' and
+  '<model>@generated', promoted with the model's.
 #}
-{% macro snapshot_now_moved(model_name) %}
-    {% set moved = {'value': true} %}
+{% macro snapshot_changed(model_name) %}
+    {% set changed = {'value': false} %}
     {% if execute %}
-        {% set now = run_query("select " ~ snapshot_now() ~ "::text").columns[0].values()[0] %}
-        {% set key = model_name ~ '@now' %}
-        {% set before = run_query("select high_water::text from staging.sync_watermark where model = '" ~ key ~ "'").columns[0].values() %}
-        {% do moved.update({'value': not before or before[0] != now}) %}
-        {% do run_query(
-            "insert into staging.sync_watermark (model, pending) values ('" ~ key ~ "', '" ~ now ~ "') "
-            ~ "on conflict (model) do update set pending = excluded.pending") %}
+        {% set marks = {
+            '@now': snapshot_now(),
+            '@generated': '(select generated_at from ' ~ source('meta', 'his_info') ~ ')',
+        } %}
+        {% for suffix, expression in marks.items() %}
+            {% set value = run_query("select " ~ expression ~ "::text").columns[0].values()[0] %}
+            {% set key = model_name ~ suffix %}
+            {% set before = run_query("select high_water::text from staging.sync_watermark where model = '" ~ key ~ "'").columns[0].values() %}
+            {% if not before or before[0] != value %}
+                {% do changed.update({'value': true}) %}
+            {% endif %}
+            {% do run_query(
+                "insert into staging.sync_watermark (model, pending) values ('" ~ key ~ "', '" ~ value ~ "') "
+                ~ "on conflict (model) do update set pending = excluded.pending") %}
+        {% endfor %}
     {% endif %}
-    {{ return(moved.value) }}
+    {{ return(changed.value) }}
 {% endmacro %}

@@ -28,7 +28,9 @@ beside the float). Added in 7: a comparison of two periods in one wide row (prev
 it is of) is read as its period rows, the earlier period's numbers and the later one's; a prediction whose label
 column holds two consecutive periods is compared so, its measures found by their values as in any layout and
 its rows by their periods (series.py). A pivot is compared with every choice of rows a LIMIT that cuts a tie
-allows, as the wide form is.
+allows, as the wide form is. Added in 8: a label made only of summary words ('Hospital-wide', 'All departments')
+is a total, and a total label names the gold's one total row (全院) (summary.py, relabel.py); where a LIMIT cuts
+a tie, the list of every tied row (FETCH FIRST n ROWS WITH TIES) is accepted as any choice of them is (ties.py).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from evalpkg.grading.matching import find_assignment, rows_equal
 from evalpkg.grading.values import Row
 from evalpkg.sql.order import order_targets
 
-COMPARATOR_VERSION = 7
+COMPARATOR_VERSION = 8
 
 
 @dataclass(frozen=True)

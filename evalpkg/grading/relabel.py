@@ -1,13 +1,13 @@
 """Labels as facts (SPEC §9): a prediction's row labels read through the one label normaliser (labels.py) as the
 gold's own labels. A label names the gold label it means or holds: the entry's code or its name in the other
 language ('0101', 'Cardiology' for 心血管内科), the name decorated with the other one ('Cardiology (心血管内科)', '全院
-Hospital-wide'), a period however written, and a quarter labelled by its first month in a column named for
-quarters ('2025-07' as quarter_start is 2025-Q3); whole numbers are labels in a column named for a period (a
-year). Each prediction label must name exactly one gold label and no two the same one; a row whose label names
-none of the gold's and whose numbers are all 0 or NULL is a group the question covers with nothing in it (an
-active department with no admission, a year of the range asked with no stay), a neutral row left out, except
-where the gold has a LIMIT (a top N keeps its N). The values are still compared: the labels only say which row
-is which."""
+Hospital-wide'), a total for the gold's one total row ('(Hospital-wide)' for 全院), a period however written,
+and a quarter labelled by its first month in a column named for quarters ('2025-07' as quarter_start is
+2025-Q3); whole numbers are labels in a column named for a period (a year). Each prediction label must name
+exactly one gold label and no two the same one; a row whose label names none of the gold's and whose numbers
+are all 0 or NULL is a group the question covers with nothing in it (an active department with no admission,
+a year of the range asked with no stay), a neutral row left out, except where the gold has a LIMIT (a top N
+keeps its N). The values are still compared: the labels only say which row is which."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typing import Any
 
 from evalpkg.grading.labels import Labels, label_key, label_text
 from evalpkg.grading.periods import one_year
+from evalpkg.grading.summary import is_total_label
 
 Rows = Sequence[Sequence[Any]]
 MAX_DISTINCT = 200  # a column of more distinct labels is an identifier, not a grouping
@@ -98,9 +99,12 @@ def _mapping(
     texts = list(dict.fromkeys(t for v in values if (t := label_text(v)) is not None))
     year = one_year(map(label_key, chain(texts, gold_labels)))
     targets = labels.targets(names, year)
+    totals = {i for i, g in enumerate(gold_labels) if is_total_label(g)}
     mapping: dict[str | None, Any] = {}
     for text in texts:
         found = targets.named(text)
+        if not found and len(totals) == 1 and is_total_label(text):
+            found = set(totals)  # '(Hospital-wide)' for 全院: a total names the gold's one total
         if len(found) > 1:
             return None
         mapping[text] = gold_labels[found.pop()] if found else _UNNAMED

@@ -9,6 +9,7 @@ sum), a value they all share (a key, a year), or, for a fractional column, a val
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,16 @@ TOTAL_WORDS = frozenset(
         "hospital total", "hospital", "all departments", "all patients", "all months",
     }
 )  # fmt: skip
+# A label made only of these words is a total too ('Hospital-wide', 'All departments combined', 'Entire
+# hospital'), if one of them says "all of it" (SUMMARY_CORE): 'departments' alone names no total.
+SUMMARY_WORDS = frozenset(
+    {"total", "totals", "subtotal", "grand", "all", "overall", "sum", "whole", "entire", "combined", "hospital", "wide",
+     "departments", "depts", "patients", "months", "years", "of", "the"}
+)  # fmt: skip
+SUMMARY_CORE = frozenset(
+    {"total", "totals", "subtotal", "all", "overall", "sum", "whole", "entire", "combined", "hospital"}
+)
+_WORD = re.compile(r"[a-z]+")
 Row = Sequence[Any]
 
 
@@ -29,7 +40,11 @@ def is_total_label(value: Any) -> bool:
     if not isinstance(value, str):
         return False
     text = unicodedata.normalize("NFKC", value).strip().casefold().strip("()（）[]【】:：* ")
-    return text in TOTAL_WORDS or text.startswith(("total ", "合计", "总计", "全院")) or text.endswith(" total")
+    if text in TOTAL_WORDS or text.startswith(("total ", "合计", "总计", "全院")) or text.endswith(" total"):
+        return True
+    words = _WORD.findall(text)
+    latin = "".join(words) == re.sub(r"[\s\-_/,&]", "", text)  # nothing but these words and separators
+    return latin and bool(words) and set(words) <= SUMMARY_WORDS and bool(set(words) & SUMMARY_CORE)
 
 
 def _number(value: Any) -> float | None:

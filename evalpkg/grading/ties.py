@@ -4,7 +4,7 @@ A grader accepts tied rows in any order, whatever the ORDER BY sorts on: an expr
 a CASE, an alias or a position. So the gold is re-run once with its ORDER BY expressions as hidden key
 columns, and rows with equal keys form one tie group. Where a LIMIT cuts through a tie, any of the tied
 rows is as right as the ones the gold happened to keep: the gold re-run with FETCH FIRST n ROWS WITH TIES
-gives them all, and each choice of the tied rows is an acceptable gold.
+gives them all, and each choice of the tied rows is an acceptable gold, as is the list of them all.
 """
 
 from __future__ import annotations
@@ -165,12 +165,14 @@ def acceptable(gold_rows: Rows, width: int, rewrite: Keyed, run: Callable[[str],
     head = groups.index(groups[n - 1])  # the rows before the tie group the LIMIT cut
     if len(visible) == n or not _sub_bag(visible[:head], gold_rows):
         return [Ordered(gold_rows, groups[:n])] if len(visible) == n else None
+    # every row tied at the cut, as FETCH FIRST n ROWS WITH TIES keeps them, is as right as any choice
+    every_tied = Ordered(visible, groups)
     choices: dict[tuple[Any, ...], tuple[list[Any], ...]] = {}
     for pick in combinations(visible[head:], n - head):  # lazily: a long tie has very many choices
         choices.setdefault(tuple(map(_frozen, pick)), pick)
         if len(choices) > MAX_TIE_CHOICES:
-            return [Ordered(gold_rows, groups[:n])]
-    return [Ordered(visible[:head] + list(pick), groups[:n]) for pick in choices.values()]
+            return [Ordered(gold_rows, groups[:n]), every_tied]
+    return [*(Ordered(visible[:head] + list(pick), groups[:n]) for pick in choices.values()), every_tied]
 
 
 def _frozen(row: list[Any]) -> tuple[Any, ...]:

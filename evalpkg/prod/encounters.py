@@ -76,7 +76,12 @@ def generate_visits(rng: np.random.Generator, pts: Patients, start: date, as_of:
     span = (as_of - start).days
     day = np.datetime64(start, "D") + _seasonal_days(rng, nv, span, winter).astype("timedelta64[D]")
     birth = pts.birth[patient]
-    day = np.maximum(day, birth + np.timedelta64(1, "D"))
+    # A visit drawn before the patient's birth is drawn again after it: piled on the day after birth,
+    # the visits of the children born in the last years made a bump in every world's recent volume.
+    born = (birth + np.timedelta64(1, "D")).astype("datetime64[D]")
+    after_birth = (np.datetime64(as_of, "D") - born).astype(int) + 1
+    redrawn = born + (rng.random(nv) * np.maximum(after_birth, 1)).astype("timedelta64[D]")
+    day = np.where(day < born, redrawn, day)
     age_at = (day - birth).astype(int) / 365.25
 
     dept = np.empty(nv, dtype=object)

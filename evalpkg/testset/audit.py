@@ -21,12 +21,13 @@ from evalpkg.grading import ties
 from evalpkg.grading.comparator import match
 from evalpkg.grading.execution import GoldCache, gold_match, prediction_of, rate_columns
 from evalpkg.grading.periods import MONTH_NAMES
-from evalpkg.grading.summary import without_summary_rows
+from evalpkg.grading.summary import is_total_label, without_summary_rows
 from evalpkg.progress import Progress, quiet
 from evalpkg.sql.executor import ReadOnlyExecutor, jsonable
 from evalpkg.testset.models import Language, Task
 
 Rows = list[list[Any]]
+TOTAL_IN_WORDS = "(Hospital-wide)"
 
 
 @dataclass(frozen=True)
@@ -338,7 +339,37 @@ def zero_row_added(g: Gold) -> Layout | None:
     return [*g.rows, extra], g.columns
 
 
+def _total_rows(g: Gold) -> tuple[int, int] | None:
+    """(label column, row) of the gold's one total row labelled in words (全院), in a column of group labels."""
+    for j in _label_columns(g):
+        rows = [i for i, r in enumerate(g.rows) if is_total_label(r[j])]
+        if len(rows) == 1 and g.rows[rows[0]][j] is not None:
+            return j, rows[0]
+    return None
+
+
+def total_labelled_in_words(g: Gold) -> Layout | None:
+    """The total row labelled in other summary words ('(Hospital-wide)' for 全院)."""
+    if (found := _total_rows(g)) is None:
+        return None
+    j, i = found
+    return [
+        [TOTAL_IN_WORDS if (k, n) == (j, i) else v for k, v in enumerate(r)] for n, r in enumerate(g.rows)
+    ], g.columns
+
+
 # Mutations: a grader rejects each.
+
+
+def total_label_on_a_group(g: Gold) -> Layout | None:
+    """A group's row labelled as the total, the total row keeping its own label: two rows name the total."""
+    if (found := _total_rows(g)) is None:
+        return None
+    j, i = found
+    other = next(n for n in range(len(g.rows)) if n != i)
+    return [
+        [TOTAL_IN_WORDS if (k, n) == (j, other) else v for k, v in enumerate(r)] for n, r in enumerate(g.rows)
+    ], g.columns
 
 
 def _changed(v: Any, tol: float) -> Any:
@@ -454,6 +485,7 @@ LAYOUTS: dict[str, Transform] = {
         period_rows_by_role,
         labels_decorated,
         zero_row_added,
+        total_labelled_in_words,
         long_form_zh,
         long_form_en,
         long_form_column_names,
@@ -470,6 +502,7 @@ MUTATIONS: dict[str, Transform] = {
         row_added,
         row_duplicated,
         labels_swapped,
+        total_label_on_a_group,
         period_rows_swapped,
         unit_not_converted,
         count_for_fraction,

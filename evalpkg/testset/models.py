@@ -135,6 +135,9 @@ class Premise(Strict):
     min_relative: float = Field(default=0, ge=0)  # |later - earlier| / earlier, 0.25 = 25%
     min_absolute: float = Field(default=0, ge=0)  # |later - earlier|, in the measure's unit
     unit: str = ""  # the measure's unit, for the findings ("visits", "days", "percentage points")
+    # the measure counts events (visits, admissions): the change must also lie beyond chance
+    # (premises.CHANCE_SIGMAS), so a premise is not decided by a handful of visits
+    counts_events: bool = False
 
     @model_validator(mode="after")
     def _change_names_its_measure(self) -> Premise:
@@ -152,6 +155,8 @@ class Premise(Strict):
             parts.append(f"at least {self.min_relative:.0%}")
         if self.min_absolute:
             parts.append(f"at least {self.min_absolute:g} {self.unit}".rstrip())
+        if self.counts_events:
+            parts.append("beyond chance")
         return ", ".join(parts)
 
 

@@ -42,6 +42,10 @@ ASSERTED_CHANGE: Final = {
     "anomaly_glu_mean_unit_switch": ("raw_mean", "series"),  # the raw monthly mean over the period
 }
 Check = Literal["top_n", "change", "premise", "all_zero", "same_answer"]
+# A stated change of a count (Premise.counts_events) must lie beyond chance: at least this many standard
+# errors of the difference of two Poisson counts, |after - before| / sqrt(before + after). Two is the
+# usual line; below it, a fall of 20% over 30 visits is what two quiet months give by themselves.
+CHANCE_SIGMAS: Final = 2.0
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ def _pairs(columns: Sequence[str]) -> dict[str, tuple[int, int]]:
     return {s: (earlier[s], later[s]) for s in sorted(earlier.keys() & later.keys(), key=earlier.__getitem__)}
 
 
-def _periods(
+def periods(
     stem: str, how: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
 ) -> tuple[float | None, float | None, str] | None:
     """(earlier, later, what was read) for a measure of the gold; None: the gold has no such measure."""
@@ -139,13 +143,19 @@ def _periods(
     return None
 
 
+def sigmas(before: float, after: float) -> float:
+    """The change between two event counts in standard errors of chance (both Poisson)."""
+    total = before + after
+    return abs(after - before) / math.sqrt(total) if total > 0 else 0.0
+
+
 def change(task: Task, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Finding]:
     """An anomaly question without a stated premise (released before v7) asserts a change between two
     periods: the two must differ."""
     pairs = _pairs(columns)
     default = (next(iter(pairs)), "sum") if pairs else ("", "sum")
     stem, how = ASSERTED_CHANGE.get(task.provenance.template_id or "", default)
-    got = _periods(stem, how, columns, rows)
+    got = periods(stem, how, columns, rows)
     if got is None:
         return [Finding(task.id, "change", "asserts a change, but the gold has no prev/this column pair to check")]
     before, after, what = got
@@ -162,7 +172,7 @@ def stated(task: Task, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
     if premise is None or premise.kind == "none":
         return []
     criterion = premise.describe()
-    got = _periods(premise.measure, premise.rows, columns, rows)
+    got = periods(premise.measure, premise.rows, columns, rows)
     if got is None:
         return [Finding(task.id, "premise", f"states {criterion}, but the gold has no such measure to check")]
     before, after, what = got
@@ -179,6 +189,8 @@ def stated(task: Task, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
         unmet.append(f"under {premise.min_relative:.0%}")
     if abs(diff) < premise.min_absolute - 1e-9 or math.isclose(before, after, rel_tol=1e-9, abs_tol=1e-9):
         unmet.append(f"under {premise.min_absolute:g} {premise.unit}".rstrip() if premise.min_absolute else "no change")
+    if premise.counts_events and (z := sigmas(before, after)) < CHANCE_SIGMAS:
+        unmet.append(f"within chance ({z:.1f} < {CHANCE_SIGMAS:g} standard errors)")
     if unmet:
         return [Finding(task.id, "premise", f"states {criterion}, but {moved}: {', '.join(unmet)}")]
     return []

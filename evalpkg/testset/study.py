@@ -143,16 +143,17 @@ def load_answers(path: Path) -> ReaderAnswers:
 
 
 def annotation_of(answers: ReaderAnswers, key: Key, tasks: dict[str, Task]) -> tuple[Annotation, list[Task]]:
-    """The reader's answers as a second annotation of the sampled tasks (follow-ups by template: a sample
-    holds one task per template)."""
+    """The reader's answers as a second annotation of the sampled tasks still in the release (follow-ups by
+    template: a sample holds one task per template)."""
     unknown = sorted(set(answers.answers) - set(key.tasks))
     if unknown:
         raise ConfigError(f"answers of {answers.reader}: {unknown[0]} is not a task of the sample")
-    sampled = [tasks[tid] for tid in key.tasks.values()]
-    written = {key.tasks[ref]: Written(sql=a.sql, reading=a.reading) for ref, a in answers.answers.items()}
+    sampled = [tasks[tid] for tid in key.tasks.values() if tid in tasks]
+    kept = {ref: a for ref, a in answers.answers.items() if key.tasks[ref] in tasks}
+    written = {key.tasks[ref]: Written(sql=a.sql, reading=a.reading) for ref, a in kept.items()}
     followups = {
         tasks[key.tasks[ref]].provenance.template_id or key.tasks[ref]: [Written(sql=s) for s in a.followups]
-        for ref, a in answers.answers.items()
+        for ref, a in kept.items()
         if a.followups
     }
     reader = Annotator(role="analyst", id=answers.reader)
@@ -183,6 +184,9 @@ def measure(
     key = release.read_model(Key, folder / "key.json", error=ConfigError)
     rel = release.load(settings.tasks_dir, key.release)
     tasks = rel.by_id()
+    if gone := sorted(ref for ref, tid in key.tasks.items() if tid not in tasks):
+        # a release re-cut after the draw: the tasks still in it are the same questions with the same golds
+        progress(f"not measured, no longer in {key.release}: {', '.join(gone)}")
     readers = [annotation_of(load_answers(p), key, tasks) for p in answer_files]
     refs = {tid: ref for ref, tid in key.tasks.items()}
     measured = measure_in_worlds(settings, readers, key.release, reference, progress=progress)

@@ -282,7 +282,7 @@ def test_order_keys_by_position_and_unknown_expressions() -> None:
 
 
 def test_version_is_exported() -> None:
-    assert COMPARATOR_VERSION == 7
+    assert COMPARATOR_VERSION == 8
 
 
 @pytest.mark.parametrize(
@@ -387,6 +387,9 @@ def test_gold_rewrite_declines_what_it_cannot_read(sql: str) -> None:
         ([["c", 4], ["a", 5]], False, "ties do not excuse the order of rows that are not tied"),
         ([["a", 5], ["e", 1]], False, "a row outside the tie is not acceptable"),
         ([["b", 4], ["c", 4]], False, "the LIMIT dropped a row that was not tied"),
+        ([["a", 5], ["b", 4], ["c", 4], ["d", 4]], True, "every tied row kept, as FETCH ... WITH TIES keeps them"),
+        ([["a", 5], ["b", 4], ["c", 4]], False, "two of the three tied rows: neither the N asked nor every tie"),
+        ([["a", 5], ["b", 4], ["c", 4], ["d", 4], ["e", 1]], False, "a row past the tie"),
     ],
 )
 def test_a_limit_that_cuts_a_tie_accepts_any_tied_row(pred: Rows, expected: bool, why: str) -> None:
@@ -395,7 +398,7 @@ def test_a_limit_that_cuts_a_tie_accepts_any_tied_row(pred: Rows, expected: bool
     assert rewrite is not None
     full = [r[:2] for r in TIED[:4]]  # FETCH FIRST 2 ROWS WITH TIES: b, c and d tie at 4
     golds = ties.acceptable(gold, 2, rewrite, _fake_run(full))
-    assert golds is not None and len(golds) == 3
+    assert golds is not None and len(golds) == 4  # three choices of one tied row, and all three
     assert any(match(pred, g.rows, order_matters=True, groups=g.groups) for g in golds) is expected, why
 
 

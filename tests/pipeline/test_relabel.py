@@ -67,3 +67,30 @@ def test_a_year_of_the_range_with_nothing_in_it() -> None:
 def test_a_top_n_keeps_its_n() -> None:
     """Where order matters, a zero row is a row: the gold's N is the answer's."""
     assert relabelled([*GOLD, ["骨科", 0, None]], COLUMNS, GOLD, COLUMNS, LABELS, limited=True) is None
+
+
+TOTALLED = [["全院", 46, 8.6], *GOLD]
+
+
+@pytest.mark.parametrize(
+    ("label", "expected", "why"),
+    [
+        ("(Hospital-wide)", True, "summary words only, in parentheses: the gold's one total row"),
+        ("All departments combined", True, "summary words only"),
+        ("Entire hospital", True, "summary words only"),
+        ("Total", True, "a total word"),
+        ("Departments", False, "no word says 'all of it'"),
+        ("Hospital A", False, "a word that is no summary word: a name, not a total"),
+        ("Cardiology", False, "a department twice: names no total"),
+    ],
+)
+def test_a_total_label_names_the_golds_total_row(label: str, expected: bool, why: str) -> None:
+    pred = [[label, 46, 8.6], ["Cardiology", 41, 8.44], ["Endocrinology", 5, 11.4], ["Gastroenterology", 5, 6.8]]
+    rows = relabelled(pred, COLUMNS, TOTALLED, COLUMNS, LABELS)
+    assert (rows is not None and match(rows, TOTALLED)) is expected, why
+
+
+def test_a_total_label_names_no_row_where_the_gold_has_two_totals() -> None:
+    gold = [["全院", 46, 8.6], ["合计", 46, 8.6], *GOLD]
+    pred = [["Hospital-wide", 46, 8.6], ["合计", 46, 8.6], *GOLD]
+    assert relabelled(pred, COLUMNS, gold, COLUMNS, LABELS) is None

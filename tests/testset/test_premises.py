@@ -250,6 +250,7 @@ def test_check_skips_golds_that_fail_and_finds_the_rest() -> None:
 
 VISITS = ["prev_visits", "this_visits"]
 SUBSTANTIAL = {"kind": "change", "measure": "visits", "min_relative": 0.25, "min_absolute": 10, "unit": "visits"}
+COUNTED = {**SUBSTANTIAL, "min_relative": 0.2, "counts_events": True}
 
 
 def stating(premise: dict[str, Any], tid: str = "anom-stated-001") -> Task:
@@ -292,6 +293,10 @@ def stating(premise: dict[str, Any], tid: str = "anom-stated-001") -> Task:
             "'series' compares the first and the last row",
         ),
         (SUBSTANTIAL, ["month", "n"], [["2020-01", 1]], "no such measure", "the gold lacks the stated measure"),
+        (COUNTED, VISITS, [[44, 20]], "", "44 -> 20: 24 visits are 3.0 standard errors of chance"),
+        (COUNTED, VISITS, [[60, 48]], "within chance (1.2 < 2", "-20% of 60 visits: two quiet months do that"),
+        (COUNTED, VISITS, [[14, 4]], "", "10 of 18 visits: 2.4 standard errors, beyond chance"),
+        (SUBSTANTIAL, VISITS, [[60, 45]], "", "not a count of events: the chance rule does not apply"),
         ({"kind": "none"}, VISITS, [[44, 44]], "", "worded to assert nothing: the same count in both periods is fine"),
         ({"kind": "none"}, ["month", "n"], [["2020-01", 1]], "", "asserting nothing needs no measure to check"),
     ],

@@ -70,3 +70,19 @@ def test_the_saved_answers_are_measured_and_judged(synced: SyncReport, generated
     # R25: rows by scope (Cardiology, Whole hospital), columns by month, for dept_/hospital_ prev/this
     assert "R25" not in a.disagreements() and "R25" not in b.disagreements()
     assert counts["reader-a"]["scorer_fn"] == counts["reader-b"]["scorer_fn"] == 0
+
+
+def test_a_sample_outlived_by_its_release_is_measured_on_the_tasks_still_in_it(
+    synced: SyncReport, generated: Settings, tmp_path: Path
+) -> None:
+    """A release re-cut after the draw: a task that left it is not measured (and says so); the rest are."""
+    folder = tmp_path / "study"
+    shutil.copytree(STUDY, folder)
+    key = json.loads((folder / "key.json").read_text(encoding="utf-8"))
+    key["tasks"]["R09"] = "st-no_such_task-001"
+    (folder / "key.json").write_text(json.dumps(key), encoding="utf-8")
+    said: list[str] = []
+    settings = generated.model_copy(update={"tasks_dir": PROJECT_ROOT / "tasks"})
+    (a,) = measure(settings, folder, ANSWERS[:1], reference=(), progress=said.append)
+    assert "R09" not in a.agreement and len(a.agreement) == 39
+    assert any("R09" in line and "no longer in v7" in line for line in said), said
