@@ -348,14 +348,20 @@ def _total_rows(g: Gold) -> tuple[int, int] | None:
     return None
 
 
-def total_labelled_in_words(g: Gold) -> Layout | None:
-    """The total row labelled in other summary words ('(Hospital-wide)' for 全院)."""
+def _total_words_on(g: Gold, *, the_total: bool) -> Layout | None:
+    """TOTAL_IN_WORDS as the label of the gold's total row, or of another row (the total keeping its own)."""
     if (found := _total_rows(g)) is None:
         return None
-    j, i = found
-    return [
-        [TOTAL_IN_WORDS if (k, n) == (j, i) else v for k, v in enumerate(r)] for n, r in enumerate(g.rows)
-    ], g.columns
+    j, total = found
+    row = total if the_total else next(n for n in range(len(g.rows)) if n != total)
+    rows = [list(r) for r in g.rows]
+    rows[row][j] = TOTAL_IN_WORDS
+    return rows, g.columns
+
+
+def total_labelled_in_words(g: Gold) -> Layout | None:
+    """The total row labelled in other summary words ('(Hospital-wide)' for 全院)."""
+    return _total_words_on(g, the_total=True)
 
 
 # Mutations: a grader rejects each.
@@ -363,13 +369,7 @@ def total_labelled_in_words(g: Gold) -> Layout | None:
 
 def total_label_on_a_group(g: Gold) -> Layout | None:
     """A group's row labelled as the total, the total row keeping its own label: two rows name the total."""
-    if (found := _total_rows(g)) is None:
-        return None
-    j, i = found
-    other = next(n for n in range(len(g.rows)) if n != i)
-    return [
-        [TOTAL_IN_WORDS if (k, n) == (j, other) else v for k, v in enumerate(r)] for n, r in enumerate(g.rows)
-    ], g.columns
+    return _total_words_on(g, the_total=False)
 
 
 def _changed(v: Any, tol: float) -> Any:

@@ -81,6 +81,7 @@ def next_version(tasks_dir: Path) -> str:
 # their source (migrate, reselect) are the same bytes.
 _FORMAT_3_TASK: dict[str, object] = {"premise": None}
 _FORMAT_3_TURN: dict[str, object] = {"gold_sql": [], "outputs": [], "answer_points": [], "result": None}
+_LATER_PREMISE: dict[str, object] = {"counts_events": False}  # added in v9
 
 
 def task_json(task: Task) -> str:
@@ -88,6 +89,9 @@ def task_json(task: Task) -> str:
     for key, unused in _FORMAT_3_TASK.items():
         if body.get(key) == unused:
             del body[key]
+    for key, unused in _LATER_PREMISE.items():
+        if body.get("premise") and body["premise"].get(key) == unused:
+            del body["premise"][key]
     for turn in body["turns"]:
         for key, unused in _FORMAT_3_TURN.items():
             if turn.get(key) == unused:
