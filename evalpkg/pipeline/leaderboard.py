@@ -98,22 +98,42 @@ def lines(rows: list[Entry]) -> list[str]:
 
 def write_html(path: Path, rows: list[Entry]) -> Path:
     types = types_of(rows)
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers(types))
+    head = "".join(f"<th>{html.escape(h.replace('_', ' '))}</th>" for h in headers(types))
     body = "".join(_row(e, types) for e in _ranked(rows))
     other = not all(e.comparable for e in rows)
     note = "<p>* another test set or snapshot than the first run: not comparable.</p>" if other else ""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
-        f'<!doctype html><html><head><meta charset="utf-8"><title>Leaderboard</title></head><body>'
-        f"<h1>Leaderboard</h1><table><tr>{head}</tr>{body}</table>{note}</body></html>",
+        f'<!doctype html><html><head><meta charset="utf-8"><title>Leaderboard</title><style>{_STYLE}</style>'
+        f"</head><body><h1>Leaderboard</h1><table><tr>{head}</tr>{body}</table>{note}</body></html>",
         encoding="utf-8",
     )
     return path
 
 
+# one screen wide: headers, run ids, models and designs wrap, a CI goes under its number; a run that is
+# not comparable is greyed
+_STYLE = (
+    "body{font:13px system-ui,sans-serif;margin:1em}table{border-collapse:collapse}"
+    "th,td{border-bottom:1px solid #ddd;padding:3px 4px;text-align:right;vertical-align:top}"
+    "th:nth-child(-n+4),td:nth-child(-n+4){text-align:left}td{white-space:nowrap}"
+    "td:nth-child(-n+3){white-space:normal;overflow-wrap:anywhere;max-width:11em}small{color:#666;font-size:11px}"
+    "td:first-child{min-width:9em}td:nth-child(3){min-width:7em}tr.other td{color:#888}"
+)
+
+
 def _row(e: Entry, types: list[str]) -> str:
-    tds = "".join(f"<td>{html.escape(c)}</td>" for c in cells(e, types))
+    tds = "".join(f"<td>{_under(html.escape(c), ' [', '/')}</td>" for c in cells(e, types))
     return f'<tr class="{"" if e.comparable else "other"}">{tds}</tr>'
+
+
+def _under(text: str, *marks: str) -> str:
+    """A CI under its number, a snapshot under its test set."""
+    for mark in marks:
+        if mark in text:
+            head, tail = text.split(mark, 1)
+            return f"{head}<br><small>{mark.strip()}{tail}</small>"
+    return text
 
 
 def _ranked(rows: list[Entry]) -> list[Entry]:

@@ -20,8 +20,10 @@ from evalpkg.pipeline.run import Scored
 from evalpkg.pipeline.score import InstanceScore
 from evalpkg.settings import Settings
 from evalpkg.sync.runner import SyncReport
+from tests.pipeline.cdp import Browser
 from tests.pipeline.helpers import run_agent
 from tests.pipeline.test_metrics import score
+from tests.pipeline.test_report import FIRST_SCREEN
 
 T, F = True, False
 
@@ -270,7 +272,7 @@ def test_compare_errors_are_one_line(
 
 
 def test_the_leaderboard_ranks_scored_runs_and_marks_what_is_not_comparable(
-    gold_and_perturbed: tuple[tuple[str, Scored], tuple[str, Scored]], generated: Settings
+    gold_and_perturbed: tuple[tuple[str, Scored], tuple[str, Scored]], generated: Settings, tmp_path: Path
 ) -> None:
     (gold_run, _), (perturbed_run, _) = gold_and_perturbed
     config, _, snapshot, instances = store.load_run(generated, gold_run)
@@ -288,4 +290,24 @@ def test_the_leaderboard_ranks_scored_runs_and_marks_what_is_not_comparable(
         stored = stored_scores(generated, run)
         assert accuracy[run] == f"{sum(s.correct for s in stored) / len(stored):.1%}"
     assert f"{other} *" in proc.stdout and "not comparable" in proc.stdout.splitlines()[-1]
-    assert (generated.state_dir / "runs" / "leaderboard.html").read_text(encoding="utf-8").count("<tr") == 4
+
+    # the page beside the reports, as a person sees it: one screen, nothing scrolled sideways, the run
+    # that is not comparable greyed
+    page = generated.state_dir / "runs" / "leaderboard.html"
+    with Browser(tmp_path / "profile") as browser:
+        browser.send("Page.enable")
+        browser.send("Emulation.setDeviceMetricsOverride", **FIRST_SCREEN, deviceScaleFactor=1, mobile=False)
+        browser.send("Page.navigate", url=page.as_uri())
+        browser.wait_for("Page.loadEventFired")
+        shown = browser.evaluate(
+            "[...document.querySelectorAll('tr')].slice(1).map(r => [r.cells[0].textContent, r.cells[4].childNodes[0].textContent,"
+            " getComputedStyle(r.cells[4]).color, r.getBoundingClientRect().bottom <= window.innerHeight])"
+        )
+        assert browser.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    black, grey = "rgb(0, 0, 0)", "rgb(136, 136, 136)"
+    assert [(run, color, seen) for run, _, color, seen in shown] == [
+        (gold_run, black, True),
+        (perturbed_run, black, True),
+        (f"{other} *", grey, True),
+    ]
+    assert [a for _, a, _, _ in shown[:2]] == [accuracy[gold_run], accuracy[perturbed_run]]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import pathlib
 import re
-import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -161,7 +160,16 @@ def _search(text: str) -> str:
     return f"(() => {{ const i = document.getElementById('f-text'); i.value = {text!r}; i.dispatchEvent(new Event('input')); }})()"
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs headless Chromium")
+FIRST_SCREEN = {"width": 1280, "height": 720}  # a laptop's browser window
+
+# Where each headline figure lies on the first screen: its label, its text and whether it is in view unscrolled
+HEADLINE_FIGURES = (
+    "[...document.querySelectorAll('.headline .figure')].map(f => { const r = f.getBoundingClientRect();"
+    " return [f.querySelector('span').textContent, f.querySelector('b').textContent,"
+    " r.top >= 0 && r.bottom <= window.innerHeight]; })"
+)
+
+
 def test_the_report_opens_filters_and_loads_a_trajectory_in_chromium(
     full_run: SyntheticRun, full_report: Path, tmp_path: Path
 ) -> None:
@@ -180,8 +188,10 @@ def test_the_report_opens_filters_and_loads_a_trajectory_in_chromium(
             sum(v == 1 for v in full_run.assignment.values()),
         ),
     ]
+    accuracy = sum(s.correct for s in scores) / len(scores)
     with Browser(tmp_path / "profile") as browser:
         browser.send("Page.enable")
+        browser.send("Emulation.setDeviceMetricsOverride", **FIRST_SCREEN, deviceScaleFactor=1, mobile=False)
         started = time.monotonic()
         browser.send("Page.navigate", url=full_report.as_uri())
         browser.wait_for("Page.loadEventFired")
@@ -189,6 +199,11 @@ def test_the_report_opens_filters_and_loads_a_trajectory_in_chromium(
         load_ms = browser.evaluate("performance.getEntriesByType('navigation')[0].loadEventEnd")
         print(f"\nloaded in {load_ms:.0f} ms (navigation timing), {wall:.2f} s from navigate to load event")
         assert load_ms < LOAD_S * 1000 and wall < LOAD_S
+        # the numbers a person looks for first are on the first screen, unscrolled
+        assert browser.evaluate(HEADLINE_FIGURES) == [
+            ["accuracy", f"{accuracy:.1%}", True],
+            ["semantic accuracy", "not measured (no reference world built)", True],
+        ]
         for why, chosen, rows in filters:
             browser.evaluate(";".join([CLEAR_FILTERS, *chosen]))
             shown = f"{rows} of {FULL_RUN} instances"
