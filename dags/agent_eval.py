@@ -2,7 +2,8 @@
 worker starts its model server inside the shard, executes and records, always stops it; a retry
 resumes; pool and queue gpu) -> score + cluster + GX -> MLflow.
 
-agent_eval: manual, with a Params form generated from RunConfig, and on every new test-set release.
+agent_eval: manual, with a Params form generated from RunConfig (its limit a run of minutes), and on
+every new test-set release (the whole release).
 agent_eval_snapshot: on every new eval DB snapshot, the configuration pinned in the Airflow Variable
 agent_eval_pinned (RunConfig fields as JSON; unset: the gold agent, a self-test of the new snapshot)."""
 
@@ -37,11 +38,12 @@ def agent_eval(dag_id: str, schedule: list[Asset], *, pinned: bool) -> None:
     )
     def pipeline() -> None:
         @task
-        def normalize(params: dict[str, Any] | None = None) -> str:
-            conf = dict(params or {})
-            if pinned:  # the pinned fields win over the form's defaults
-                conf.update(Variable.get(PINNED, default={}, deserialize_json=True))
-            return orchestration.eval_plan(conf)
+        def normalize(params: dict[str, Any] | None = None, dag_run: Any = None) -> str:
+            return orchestration.eval_plan(
+                dict(params or {}),
+                manual=dag_run.run_type == "manual",
+                pinned=Variable.get(PINNED, default={}, deserialize_json=True) if pinned else None,
+            )
 
         @task
         def shards(eval_run: str) -> list[int]:

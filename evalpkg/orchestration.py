@@ -22,6 +22,10 @@ RUN_OPTIONS: dict[str, dict[str, Any]] = {
     "track": {"default": True, "type": "boolean", "title": "Track", "description": "log the run to MLflow"},
 }
 
+# The form's limit: a person who triggers agent_eval gets a run of minutes (empty: the whole release). A run
+# that an event starts (a new release, a new snapshot) has no person filling the form: it evaluates it all.
+FORM_LIMIT = 20  # tasks: 120 instances in the default languages and wordings
+
 # The trigger form's sections, in the order a person fills them in: what is evaluated, how the agent works,
 # how it is scored and logged, and the run's scale and limits (Airflow renders each as its own group).
 FORM_SECTIONS: dict[str, tuple[str, ...]] = {
@@ -105,6 +109,11 @@ def eval_params() -> dict[str, dict[str, Any]]:
             continue
         params[name] = _nullable_as_type_list(_inline_refs(prop, definitions))
     params["agent"].setdefault("enum", _agent_choices())
+    params["limit"]["default"] = FORM_LIMIT
+    params["limit"]["description"] = (
+        f"a sample of N tasks, stratified over task type x difficulty: {FORM_LIMIT} for a run of minutes, "
+        "empty for the whole release (a release or snapshot event evaluates it whole)"
+    )
     if clash := sorted(params.keys() & RUN_OPTIONS.keys()):
         raise ConfigError(f"RunConfig now has {', '.join(clash)}: drop it from orchestration.RUN_OPTIONS")
     return _in_sections(params | copy.deepcopy(RUN_OPTIONS))
@@ -165,10 +174,16 @@ def run_config_from_params(params: dict[str, Any]) -> RunConfig:
     return RunConfig.model_validate(values)
 
 
-def eval_plan(params: dict[str, Any]) -> str:
+def eval_config(params: dict[str, Any], *, manual: bool = True, pinned: dict[str, Any] | None = None) -> RunConfig:
+    """A DAG run's evaluation: the form's values; a run no person triggered (manual False) without the
+    form's quick-run limit; the pinned fields over both."""
+    return run_config_from_params(dict(params) | ({} if manual else {"limit": None}) | (pinned or {}))
+
+
+def eval_plan(params: dict[str, Any], *, manual: bool = True, pinned: dict[str, Any] | None = None) -> str:
     from evalpkg.pipeline.run import plan_run
 
-    return plan_run(get_settings(), run_config_from_params(params))
+    return plan_run(get_settings(), eval_config(params, manual=manual, pinned=pinned))
 
 
 def eval_shards(run_id: str) -> list[int]:

@@ -103,11 +103,32 @@ def test_trigger_form_opens_submittable_and_its_defaults_are_a_gold_run(
         types = param["schema"]["type"] if isinstance(param["schema"]["type"], list) else [param["schema"]["type"]]
         if "null" not in types:
             assert param["value"] not in (None, ""), name
-    for name in ("endpoint", "testset_version", "limit"):  # empty means "the default"
+    for name in ("endpoint", "testset_version"):  # empty means "the default"
         assert "null" in params[name]["schema"]["type"] and params[name]["value"] is None, name
+    # the limit may be emptied (the whole release) but opens on a run of minutes, not one click from all of it
+    assert "null" in params["limit"]["schema"]["type"] and params["limit"]["value"] == orchestration.FORM_LIMIT
     config = orchestration.run_config_from_params({k: p["value"] for k, p in params.items()})
-    assert config == RunConfig()  # the form's defaults are RunConfig's own: the gold-replay self-test
-    assert config.agent == "gold"
+    # otherwise the form's defaults are RunConfig's own: the gold-replay self-test
+    assert config == RunConfig(limit=orchestration.FORM_LIMIT) and config.agent == "gold"
+
+
+FORM = {k: schema["default"] for k, schema in orchestration.eval_params().items()}
+
+
+@pytest.mark.parametrize(
+    ("why", "params", "manual", "pinned", "limit"),
+    [
+        ("a person triggers the form as it opens: a run of minutes", FORM, True, None, orchestration.FORM_LIMIT),
+        ("a person empties the limit: the whole release", FORM | {"limit": None}, True, None, None),
+        ("a new release starts it (no person): the whole release", FORM, False, None, None),
+        ("a new snapshot with a pinned limit: the pinned one", FORM, False, {"limit": 2}, 2),
+        ("a person's limit under a pinned one: the pinned one", FORM | {"limit": 5}, True, {"limit": 2}, 2),
+    ],
+)
+def test_who_started_a_run_decides_its_limit(
+    why: str, params: dict[str, Any], manual: bool, pinned: dict[str, Any] | None, limit: int | None
+) -> None:
+    assert orchestration.eval_config(params, manual=manual, pinned=pinned).limit == limit, why
 
 
 def test_params_come_from_run_config_not_from_the_dag_file() -> None:
@@ -116,7 +137,7 @@ def test_params_come_from_run_config_not_from_the_dag_file() -> None:
     assert set(generated) == exposed | set(orchestration.RUN_OPTIONS)
     assert "api_key" not in generated  # secret: never in a DAG run's conf
     for name, schema in generated.items():
-        if name in RunConfig.model_fields:
+        if name in RunConfig.model_fields and name != "limit":  # the form's limit: FORM_LIMIT, checked above
             assert schema.get("default") == RunConfig.model_fields[name].get_default(call_default_factory=True)
     tree = ast.parse((PROJECT_ROOT / "dags" / "agent_eval.py").read_text())
     literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,25 @@ def test_agent_eval_snapshot_evaluates_the_pinned_configuration(dagbag: Any, gen
     assert row is not None and row[1] == 2  # the Variable's limit, not the form's
     config, *_ = store.load_run(generated, row[0])
     assert (config.languages, config.complexities) == (["en"], ["technical"])
+
+
+def test_agent_eval_triggered_as_its_form_opens_is_a_run_of_minutes(dagbag: Any, generated: Settings) -> None:
+    """What a person gets who clicks Trigger without changing a field: the form's limit, not the release."""
+    from evalpkg import orchestration
+    from evalpkg.pipeline import store
+
+    started = time.monotonic()
+    run = dagbag.get_dag("agent_eval").test(run_conf={"track": False, "name": "form-defaults"})
+    took = time.monotonic() - started
+    print(f"\nagent_eval with the form's defaults: {took:.0f}s")
+    assert str(run.state) == "success" and took < 300
+    with store.results_db(generated) as conn:
+        row = conn.execute(
+            "select run_id from results.run where name = 'form-defaults' order by created_at desc limit 1"
+        ).fetchone()
+    assert row is not None
+    _, _, _, instances = store.load_run(generated, row[0])
+    assert len({i.task_id for i in instances}) == orchestration.FORM_LIMIT < len(store.saved_scores(generated, row[0]))
 
 
 def test_agent_eval_runs_end_to_end_and_lands_in_mlflow(dagbag: Any, generated: Settings) -> None:
