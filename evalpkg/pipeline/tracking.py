@@ -259,7 +259,7 @@ class Tracker:
                     if identity := config.served.get(shard):
                         mlflow.set_tags({SERVED_PREFIX + k: str(v) for k, v in identity.items()})
                     shard_scores = [self.by_id[i] for i in ids if i in self.by_id]
-                    mlflow.log_metrics({k: v for k, v in summarize(shard_scores).items() if v == v})
+                    mlflow.log_metrics(flat_metrics({"overall": summarize(shard_scores)}))
         mlflow.set_tags(
             {
                 TRACES_TAG: f"{len(self.traced)} of {self.trajectories_count}",
