@@ -187,10 +187,13 @@ LAYOUT = "same counts in another layout"  # how an arbitration upholding a gold 
 
 @app.command()
 def worlds(
-    build: Annotated[bool, typer.Option("--build/--list", help="build the missing ones (a minute or two each)")] = True,
+    build: Annotated[
+        bool, typer.Option("--build/--list", help="build the missing ones (about 7 s each on 2 cores)")
+    ] = True,
 ) -> None:
     """The reference worlds, kept under the state directory: runs score in each of them too
-    (semantic_accuracy), and `validate --reference-worlds` checks the release's claims there."""
+    (semantic_accuracy; the first run builds the missing ones), and `validate --reference-worlds` checks
+    the release's claims there."""
     from evalpkg.testset import worlds as reference
 
     settings = get_settings()

@@ -80,8 +80,8 @@ class RunConfig(BaseModel):
     judge_model: str | None = Field(default=None, description="the judge's model name")
     reference_worlds: bool = Field(
         default=True,
-        description="also score each answer in every built reference world (semantic_accuracy; build them "
-        "with `evalpkg testset worlds`); off: the run's snapshot only",
+        description="also score each answer in every reference world (semantic_accuracy; the worlds are built "
+        "when a run first needs them, about 40 s on 2 cores); off: the run's snapshot only",
     )
     max_traces: int | None = Field(
         default=None,

@@ -114,7 +114,7 @@ def write_report(
         if s.correct and s.world_misses
     ]
     semantic = (
-        "<p>Not measured: no reference world is built (<code>evalpkg testset worlds</code> builds them).</p>"
+        "<p>Not measured: the run scored its snapshot only (<code>--no-reference-worlds</code>).</p>"
         if "semantic_accuracy" not in overall
         else _long_table("coincidental", coincidental, files)
         if coincidental
@@ -160,7 +160,7 @@ def headline(config: dict[str, Any], table: dict[str, dict[str, float]], cluster
     numbers.append(
         ("semantic accuracy", _percent(overall, "semantic_accuracy"))
         if "semantic_accuracy" in overall
-        else ("semantic accuracy", "not measured (no reference world built)")
+        else ("semantic accuracy", "not measured (snapshot only)")
     )
     cells = "".join(f'<div class="figure"><span>{name}</span><b>{value}</b></div>' for name, value in numbers)
     breakdown = [

@@ -163,10 +163,16 @@ def complete_scoring(
     """The rest of stages 4 and 5: scored in the reference worlds, failures clustered, the outputs validated
     (GX) and the scores saved (`save=False` writes nothing)."""
     config, scores, trajectories, clock = graded.config, graded.scores, graded.trajectories, graded.clock
-    if config.reference_worlds and not score_in_worlds(
-        settings, scores, trajectories, graded.tasks, timeout_ms=config.sql_timeout_ms * 2, progress=progress
-    ):
-        progress("semantic accuracy not measured: no reference world is built (`evalpkg testset worlds` builds them)")
+    if config.reference_worlds:  # the worlds are built when a run first needs them
+        score_in_worlds(
+            settings,
+            scores,
+            trajectories,
+            graded.tasks,
+            timeout_ms=config.sql_timeout_ms * 2,
+            build=True,
+            progress=progress,
+        )
     clock.lap("semantic")
     if save and (before := store.comparator_versions(settings, run_id) - {COMPARATOR_VERSION}):
         earlier = ", ".join(sorted(f"v{v or 1}" for v in before))  # scores without a version predate v2

@@ -20,6 +20,8 @@ from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset import worlds
 from evalpkg.testset.models import Task
 
+WORLD_BUILD_S = 7  # one reference world built on 2 cores (six in 40 s)
+
 
 def score_in_worlds(
     settings: Settings,
@@ -29,11 +31,19 @@ def score_in_worlds(
     *,
     timeout_ms: int,
     reference: tuple[worlds.World, ...] = worlds.WORLDS,
+    build: bool = False,
     progress: Progress = quiet,
 ) -> int:
-    """Set each score's `semantic_correct` and `world_misses` from the built reference worlds; returns
-    how many worlds were read (0: none is built, and the scores say "not measured")."""
+    """Set each score's `semantic_correct` and `world_misses` from the reference worlds, those built or,
+    with `build`, every one (the missing ones built first, once); returns how many worlds were read (0:
+    none is built, and the scores say "not measured")."""
     built = worlds.built(settings, reference)
+    if build and (missing := len(reference) - len(built)):
+        progress(
+            f"semantic accuracy reads {len(reference)} reference worlds: building the {missing} missing "
+            f"(once, about {WORLD_BUILD_S * missing} s on 2 cores; --no-reference-worlds scores the snapshot only)"
+        )
+        built = list(reference)
     if not built:
         return 0
     # the SQL turn 0 stood on (what `correct` grades); a dialogue's last query answers its last follow-up

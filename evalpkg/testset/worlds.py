@@ -9,9 +9,9 @@ reports how many traps bite there.
 
 Each world is built once into a PostgreSQL cluster of its own under the state directory
 (`<state_dir>/worlds/`, never the user's own cluster), and started only while something reads it:
-building takes a minute or two, opening a second. `testset validate --reference-worlds`, reselection,
-adjudication and scoring in every world (`semantic_accuracy`) share them. A world is rebuilt when what
-makes it changes (the generator or the dbt project: `recipe()`).
+building takes some 7 s on 2 cores, opening a second. `testset validate --reference-worlds`, reselection,
+adjudication and scoring in every world (`semantic_accuracy`, which builds the missing ones) share them.
+A world is rebuilt when what makes it changes (the generator or the dbt project: `recipe()`).
 """
 
 from __future__ import annotations

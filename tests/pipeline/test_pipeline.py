@@ -420,14 +420,24 @@ def test_gold_answers_hold_in_a_reference_world_and_hard_coded_numbers_do_not(
     assert score_in_worlds(generated, scores, [], tasks, timeout_ms=GOLD_TIMEOUT_MS, reference=()) == 0
     assert all(s.semantic_correct is None for s in scores)  # no world built: not measured
     trajectories = {t.instance_id: t for t in scored.trajectories}
-    for _ in worlds.each(generated, (SMALL_WORLD,)):  # scoring reads the worlds built, and builds none
-        pass
-    assert (
-        score_in_worlds(
-            generated, scores, scored.trajectories, tasks, timeout_ms=GOLD_TIMEOUT_MS, reference=(SMALL_WORLD,)
-        )
-        == 1
+    # without `build` scoring reads the worlds built and builds none; a run (build) builds what is missing
+    said: list[str] = []
+    read = score_in_worlds(
+        generated, scores, scored.trajectories, tasks, timeout_ms=GOLD_TIMEOUT_MS, reference=(SMALL_WORLD,)
     )
+    assert read == 0 and not worlds.built(generated, (SMALL_WORLD,))
+    read = score_in_worlds(
+        generated,
+        scores,
+        scored.trajectories,
+        tasks,
+        timeout_ms=GOLD_TIMEOUT_MS,
+        reference=(SMALL_WORLD,),
+        build=True,
+        progress=said.append,
+    )
+    assert read == 1 and worlds.built(generated, (SMALL_WORLD,)) == [SMALL_WORLD]
+    assert "building the 1 missing" in said[0] and f"building the reference world {SMALL_WORLD.label()}" in said[1]
     assert all(s.semantic_correct for s in scores) and summarize(scores)["semantic_accuracy"] == 1.0
 
     hard_coded: list[Trajectory] = []
@@ -445,7 +455,18 @@ def test_gold_answers_hold_in_a_reference_world_and_hard_coded_numbers_do_not(
             hard_coded.append(traj)
             forged.append(s.model_copy(update={"world_misses": [], "semantic_correct": None}))
     assert len(forged) == 12
-    score_in_worlds(generated, forged, hard_coded, tasks, timeout_ms=GOLD_TIMEOUT_MS, reference=(SMALL_WORLD,))
+    said.clear()
+    score_in_worlds(
+        generated,
+        forged,
+        hard_coded,
+        tasks,
+        timeout_ms=GOLD_TIMEOUT_MS,
+        reference=(SMALL_WORLD,),
+        build=True,
+        progress=said.append,
+    )
+    assert not [line for line in said if "building" in line]  # built once
     caught = [s for s in forged if s.correct and s.world_misses == [SMALL_WORLD.label()]]
     assert len(caught) >= 10, [(s.instance_id, s.world_misses) for s in forged]  # counts > 20 differ by world
     assert all(s.semantic_correct is False for s in caught)

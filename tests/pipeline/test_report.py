@@ -202,7 +202,7 @@ def test_the_report_opens_filters_and_loads_a_trajectory_in_chromium(
         # the numbers a person looks for first are on the first screen, unscrolled
         assert browser.evaluate(HEADLINE_FIGURES) == [
             ["accuracy", f"{accuracy:.1%}", True],
-            ["semantic accuracy", "not measured (no reference world built)", True],
+            ["semantic accuracy", "not measured (snapshot only)", True],
         ]
         for why, chosen, rows in filters:
             browser.evaluate(";".join([CLEAR_FILTERS, *chosen]))
@@ -233,7 +233,7 @@ def test_the_first_screen_says_what_was_run_and_how_well(tmp_path: Path) -> None
     page = run.write(tmp_path / "report.html").read_text("utf-8")
     top = page[: page.index("<h2>Every measure</h2>")]  # the headline comes before every other table
     accuracy = sum(s.correct for s in run.scores) / len(run.scores)
-    assert f"<b>{accuracy:.1%}</b>" in top and "not measured (no reference world built)" in top
+    assert f"<b>{accuracy:.1%}</b>" in top and "not measured (snapshot only)" in top
     assert all(f"<td>{t}</td>" in top for t in {s.type for s in run.scores})  # accuracy per type
 
     table = {
