@@ -226,8 +226,9 @@ def _print_run(result: dict[str, Any]) -> None:
     if line := repeats_line("overall", o):
         to_stderr(line)
     semantic = (
-        f"; semantic accuracy {o['semantic_accuracy']:.1%} ({int(o['coincidental_matches'])} coincidental "
-        "matches: right on this snapshot only)"
+        f"; semantic accuracy {o['semantic_accuracy']:.1%} (95% CI {o['semantic_accuracy_ci_low']:.1%}-"
+        f"{o['semantic_accuracy_ci_high']:.1%}; {int(o['coincidental_matches'])} coincidental matches: right on "
+        "this snapshot only)"
         if "semantic_accuracy" in o
         else ""
     )

@@ -123,17 +123,23 @@ _STYLE = (
 
 
 def _row(e: Entry, types: list[str]) -> str:
-    tds = "".join(f"<td>{_under(html.escape(c), ' [', '/')}</td>" for c in cells(e, types))
+    tds = "".join(
+        f"<td>{_under(html.escape(c), SECOND_LINES.get(h))}</td>"
+        for h, c in zip(headers(types), cells(e, types), strict=True)
+    )
     return f'<tr class="{"" if e.comparable else "other"}">{tds}</tr>'
 
 
-def _under(text: str, *marks: str) -> str:
-    """A CI under its number, a snapshot under its test set."""
-    for mark in marks:
-        if mark in text:
-            head, tail = text.split(mark, 1)
-            return f"{head}<br><small>{mark.strip()}{tail}</small>"
-    return text
+# Columns whose second part goes on a second, smaller line: where it starts, and what of the mark is kept
+SECOND_LINES = {"test set/snapshot": ("/", ""), "accuracy": (" [", "["), "semantic": (" [", "[")}
+
+
+def _under(text: str, split: tuple[str, str] | None) -> str:
+    """A snapshot under its test set ("v9/eval-..."), a CI under its number ("45.8% [29.1%,66.7%]")."""
+    if split is None or split[0] not in text:
+        return text
+    head, tail = text.split(split[0], 1)
+    return f"{head}<br><small>{split[1]}{tail}</small>"
 
 
 def _ranked(rows: list[Entry]) -> list[Entry]:

@@ -141,8 +141,14 @@ def _semantic(scores: list[InstanceScore]) -> dict[str, float]:
     measured = [s for s in scores if s.semantic_correct is not None]
     if not measured:
         return {}
+    by_task = {
+        t: [float(bool(s.semantic_correct)) for s in g] for t, g in _group(measured, lambda s: s.task_id).items()
+    }
+    lo, hi = bootstrap_ci(by_task)
     return {
         "semantic_accuracy": _mean(bool(s.semantic_correct) for s in measured),
+        "semantic_accuracy_ci_low": lo,
+        "semantic_accuracy_ci_high": hi,
         "coincidental_matches": float(sum(s.correct and not s.semantic_correct for s in measured)),
     }
 

@@ -472,3 +472,7 @@ def test_gold_answers_hold_in_a_reference_world_and_hard_coded_numbers_do_not(
     assert all(s.semantic_correct is False for s in caught)
     metrics = summarize(forged)
     assert metrics["semantic_accuracy"] < metrics["accuracy"] and metrics["coincidental_matches"] == len(caught)
+    # with its CI, resampling tasks as accuracy's does: among right answers, the forged ones widen it
+    mixed = summarize([*scores, *forged])
+    low, high = mixed["semantic_accuracy_ci_low"], mixed["semantic_accuracy_ci_high"]
+    assert low < mixed["semantic_accuracy"] < high < 1.0
