@@ -112,20 +112,26 @@ def test_agent_eval_snapshot_evaluates_the_pinned_configuration(dagbag: Any, gen
 
 
 def test_agent_eval_triggered_as_its_form_opens_is_a_run_of_minutes(dagbag: Any, generated: Settings) -> None:
-    """What a person gets who clicks Trigger without changing a field: the form's limit, not the release."""
+    """What a person gets who clicks Trigger without changing a field: the form's limit, not the release.
+    (Only the name is set: dag.test() keeps a run's conf for the DAG's later test runs.)"""
     from evalpkg import orchestration
     from evalpkg.pipeline import store
+    from evalpkg.services import mlflow_server
 
-    started = time.monotonic()
-    run = dagbag.get_dag("agent_eval").test(run_conf={"track": False, "name": "form-defaults"})
-    took = time.monotonic() - started
+    mlflow_server.start(generated)
+    try:
+        started = time.monotonic()
+        run = dagbag.get_dag("agent_eval").test(run_conf={"name": "form-defaults"})
+        took = time.monotonic() - started
+    finally:
+        mlflow_server.stop(generated)
     print(f"\nagent_eval with the form's defaults: {took:.0f}s")
     assert str(run.state) == "success" and took < 300
     with store.results_db(generated) as conn:
         row = conn.execute(
-            "select run_id from results.run where name = 'form-defaults' order by created_at desc limit 1"
+            "select run_id, mlflow_run_id from results.run where name = 'form-defaults' order by created_at desc limit 1"
         ).fetchone()
-    assert row is not None
+    assert row is not None and row[1]  # tracked
     _, _, _, instances = store.load_run(generated, row[0])
     assert len({i.task_id for i in instances}) == orchestration.FORM_LIMIT < len(store.saved_scores(generated, row[0]))
 

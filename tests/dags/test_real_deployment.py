@@ -23,6 +23,7 @@ from evalpkg.sync.runner import SyncReport
 from tests.conftest import free_port
 from tests.dags.helpers import checkout_files, file_size
 from tests.dags.test_dbt_tasks import UNIT_TESTS
+from tests.pipeline.cdp import Browser
 from tests.sync.helpers import content_fingerprint
 
 SCRIPT = PROJECT_ROOT / "scripts" / "airflow"
@@ -185,6 +186,81 @@ def test_real_agent_eval_maps_shards_on_the_gpu_pool_and_tracks(deployment: Depl
     assert len(lines) == 1 and lines[0].get("level") == "info", lines
     assert f"{generated.tracking_uri}/#/experiments/" in lines[0]["event"], lines
     assert "View run" not in log.text
+
+
+# agent_eval's trigger dialog (the page holds other dialogs: the grid's options)
+TRIGGER_DIALOG = "[...document.querySelectorAll('[role=dialog]')].find(d => d.innerText.includes('Trigger Dag'))"
+
+
+def _click(browser: Browser, within: str, text: str) -> None:
+    """Click the last button in `within` whose text is `text` (the dialog's own Trigger comes after the page's)."""
+    browser.evaluate(
+        f"[...({within}).querySelectorAll('button')].filter(b => b.textContent.trim() === {text!r}).pop().click()"
+    )
+
+
+def _until(browser: Browser, expression: str, timeout_s: float = 60) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (value := browser.evaluate(expression)):
+        assert time.monotonic() < deadline, f"timed out waiting for {expression}"
+        time.sleep(0.3)
+    return value
+
+
+def test_agent_eval_triggered_from_its_form_as_it_opens(
+    deployment: Deployment, generated: Settings, tmp_path: Path
+) -> None:
+    """A person opens agent_eval's trigger form in a browser and clicks Trigger without changing a field: the
+    form's sections in order, a limit of minutes, a run that succeeds and leads to its MLflow run."""
+    import mlflow
+
+    from evalpkg import orchestration
+    from evalpkg.pipeline import store
+
+    deadline = time.monotonic() + 120
+    _wait(
+        "agent_eval to be parsed",
+        deadline,
+        lambda: deployment.api.get("/dags/agent_eval").status_code == 200,
+        deployment,
+    )
+    before = {r["dag_run_id"] for r in deployment.api.get("/dags/agent_eval/dagRuns").json()["dag_runs"]}
+    with Browser(tmp_path / "profile") as browser:
+        browser.send("Page.enable")
+        browser.send("Page.navigate", url=str(deployment.api.base_url.join("/dags/agent_eval")))
+        browser.wait_for("Page.loadEventFired")
+        _until(browser, "[...document.querySelectorAll('button')].some(b => b.textContent.trim() === 'Trigger')")
+        _click(browser, "document", "Trigger")
+        _until(browser, f"({TRIGGER_DIALOG})?.innerText.includes('What to evaluate')")
+        buttons = browser.evaluate(f"[...({TRIGGER_DIALOG}).querySelectorAll('button')].map(b => b.textContent.trim())")
+        assert [b for b in buttons if b in orchestration.FORM_SECTIONS] == list(orchestration.FORM_SECTIONS)
+        limit = browser.evaluate(f"({TRIGGER_DIALOG}).querySelector('input[name=element_limit]').value")
+        assert limit == str(orchestration.FORM_LIMIT)  # not the whole release
+        started = time.monotonic()
+        _click(browser, TRIGGER_DIALOG, "Trigger")
+        _until(browser, f"!({TRIGGER_DIALOG})")  # the dialog closes on a run created
+
+    def the_new_run() -> dict[str, Any] | None:
+        runs = deployment.api.get("/dags/agent_eval/dagRuns").json()["dag_runs"]
+        new = [r for r in runs if r["dag_run_id"] not in before and r["state"] in ("success", "failed")]
+        return new[0] if new else None
+
+    run = _wait("the run the form triggered", time.monotonic() + 600, the_new_run, deployment)
+    took = time.monotonic() - started
+    print(f"\nagent_eval from the form as it opens: {run['state']} in {took:.0f}s")
+    assert run["state"] == "success" and run["run_type"] == "manual", deployment.logs()
+    assert run["conf"]["limit"] == orchestration.FORM_LIMIT and took < 600
+    with store.results_db(generated) as conn:
+        row = conn.execute(
+            "select run_id, mlflow_run_id from results.run where name = %s order by created_at desc limit 1",
+            (run["conf"]["name"],),
+        ).fetchone()
+    assert row is not None and row[1], row
+    _, _, _, instances = store.load_run(generated, row[0])
+    assert len({i.task_id for i in instances}) == orchestration.FORM_LIMIT
+    mlflow.set_tracking_uri(generated.tracking_uri)
+    tags = mlflow.MlflowClient().get_run(row[1]).data.tags  # and from MLflow back to the DAG run
+    assert (tags["airflow.dag_id"], tags["airflow.run_id"]) == ("agent_eval", run["dag_run_id"])
 
 
 pytestmark = pytest.mark.server  # Airflow, dbt or the CLI starting its own services: not in --quick
