@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from evalpkg.cli import app
 from evalpkg.cli_options import option_name, run_fields, with_run_options
-from evalpkg.orchestration import RUN_OPTIONS, eval_params
+from evalpkg.orchestration import FORM_LIMIT, RUN_OPTIONS, eval_params
 from evalpkg.runconfig import RunConfig
 
 runner = CliRunner()
@@ -89,7 +89,8 @@ def test_cli_params_and_runconfig_have_the_same_fields_and_defaults() -> None:
     params = {k: v for k, v in eval_params().items() if k not in RUN_OPTIONS}
     cli = set(run_fields())
     assert set(params) == cli - {"api_key"}  # the key is never logged, so the form has no field for it
-    assert {k: p["default"] for k, p in params.items()} == {k: defaults[k] for k in params}
+    # the same defaults, but the form's limit: a person's quick run, not the whole release (FORM_LIMIT)
+    assert {k: p["default"] for k, p in params.items()} == {k: defaults[k] for k in params} | {"limit": FORM_LIMIT}
     assert configured().model_dump(mode="json") == defaults
 
 
