@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="EVALPKG_", extra="ignore")
 
     state_dir: Path = Field(default=PROJECT_ROOT / ".evalpkg", description="embedded services' data")
+    worlds_dir: Path | None = Field(
+        default=None,
+        description="where the reference worlds are built and kept; unset = <state_dir>/worlds (they depend on the "
+        "code only, so several state directories may share one)",
+    )
     pg_port: int = Field(default=55432, ge=1024, le=65535)
     pg_url: str | None = Field(
         default=None,

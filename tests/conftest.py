@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 from collections.abc import Iterator
@@ -28,6 +29,18 @@ def make_state_dir() -> Path:
     path = Path(tempfile.mkdtemp(prefix="evalpkg-test-"))
     path.chmod(0o755)
     return path
+
+
+# One set of reference worlds for every state directory the tests make: a run builds the missing ones, and
+# they depend on the code only, so they are built at most once a session, not once per scratch state.
+WORLDS_DIR = make_state_dir()
+os.environ["EVALPKG_WORLDS_DIR"] = str(WORLDS_DIR)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_worlds_removed() -> Iterator[None]:
+    yield
+    shutil.rmtree(WORLDS_DIR, ignore_errors=True)
 
 
 # A new PostgreSQL cluster with the databases, roles and a random de-identification key.

@@ -34,22 +34,25 @@ def score_in_worlds(
     build: bool = False,
     progress: Progress = quiet,
 ) -> int:
-    """Set each score's `semantic_correct` and `world_misses` from the reference worlds, those built or,
-    with `build`, every one (the missing ones built first, once); returns how many worlds were read (0:
-    none is built, and the scores say "not measured")."""
-    built = worlds.built(settings, reference)
-    if build and (missing := len(reference) - len(built)):
-        progress(
-            f"semantic accuracy reads {len(reference)} reference worlds: building the {missing} missing "
-            f"(once, about {WORLD_BUILD_S * missing} s on 2 cores; --no-reference-worlds scores the snapshot only)"
-        )
-        built = list(reference)
-    if not built:
-        return 0
+    """Set each score's `semantic_correct` and `world_misses` from the reference worlds: those built, or with
+    `build` (a run) every one, the missing ones built first, once. Returns how many worlds were read (without
+    `build`, 0: none is built, and the scores say "not measured")."""
     # the SQL turn 0 stood on (what `correct` grades); a dialogue's last query answers its last follow-up
     final_sql = {t.instance_id: _turn_zero_sql(tasks, t) for t in trajectories if t.task_id in tasks}
     matched = [s for s in scores if s.answerable and s.correct]
-    for world, kept in worlds.each(settings, tuple(built), progress=progress):
+    built = worlds.built(settings, reference)
+    if not build:
+        read = built
+        if not read:
+            return 0
+    else:  # every reference world, the missing ones built first; none when no answer matched (none can tell)
+        read = list(reference) if matched else []
+        if missing := sum(w not in built for w in read):
+            progress(
+                f"semantic accuracy reads {len(read)} reference worlds: building the {missing} missing (once, "
+                f"about {WORLD_BUILD_S * missing} s on 2 cores; --no-reference-worlds scores the snapshot only)"
+            )
+    for world, kept in worlds.each(settings, tuple(read), progress=progress):
         executor = ReadOnlyExecutor(kept.agent_url(), timeout_ms=timeout_ms)
         gold = GoldCache(executor)
         seen: dict[tuple[str, str | None, str, str], bool | None] = {}  # repeats and variants often send one query
@@ -65,8 +68,8 @@ def score_in_worlds(
     for s in scores:
         s.semantic_correct = s.correct and not s.world_misses
     coincidental = sum(bool(s.world_misses) for s in matched)
-    progress(f"scored in {len(built)} reference worlds: {coincidental} of {len(matched)} matches are coincidental")
-    return len(built)
+    progress(f"scored in {len(read)} reference worlds: {coincidental} of {len(matched)} matches are coincidental")
+    return len(read)
 
 
 def _turn_zero_sql(tasks: dict[str, Task], traj: Trajectory) -> str | None:

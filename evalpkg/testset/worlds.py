@@ -67,7 +67,8 @@ def recipe() -> str:
 
 
 def home(settings: Settings, world: World) -> Path:
-    return settings.state_dir / "worlds" / f"{world.patients}-patients-seed-{world.seed}-key-{world.key}"
+    root = settings.worlds_dir or settings.state_dir / "worlds"
+    return root / f"{world.patients}-patients-seed-{world.seed}-key-{world.key}"
 
 
 def built(settings: Settings, worlds: tuple[World, ...] = WORLDS) -> list[World]:
