@@ -110,7 +110,9 @@ def test_synced_world_meets_the_consistency_expectations(
             "(select count(*) from emr.t_lab_result where bgzt = 'F' and report_time is null), "
             "(select count(*) from emr.t_zy_visit where ksdm = '0401')"
         ).fetchone()
-    assert counts is not None and all(n > 0 for n in counts), counts  # each rule has rows to bite on
+    # each rule has rows to bite on, but the report-wait rule: pending reports at "now" are few and a key may
+    # leave none (test_world_near_now breaks that rule on purpose)
+    assert counts is not None and counts[0] > 0 and counts[2] > 0, counts
 
 
 # --- (b) each expectation fails on a world broken on purpose -----------------------------------------
