@@ -39,6 +39,11 @@ def _group(scores: list[InstanceScore], key: Callable[[InstanceScore], str]) -> 
     return out
 
 
+def _task_ci(scores: list[InstanceScore], outcome: Callable[[InstanceScore], bool]) -> tuple[float, float]:
+    """The 95% CI of a rate over instances, resampling whole tasks."""
+    return bootstrap_ci({t: [float(outcome(s)) for s in g] for t, g in _group(scores, lambda s: s.task_id).items()})
+
+
 def repeat_metrics(scores: list[InstanceScore]) -> dict[str, float]:
     """Over the k repeats of each task variant (task x language x complexity): best-of-k (any of the k
     correct), pass^k (`pass_all_k`: all k correct) and, where k > 1, consistency (all k outcomes agree,
@@ -68,8 +73,7 @@ def repeat_metrics(scores: list[InstanceScore]) -> dict[str, float]:
 def summarize(scores: list[InstanceScore]) -> dict[str, float]:
     if not scores:
         return {"instances": 0}
-    by_task = {t: [float(s.correct) for s in group] for t, group in _group(scores, lambda s: s.task_id).items()}
-    lo, hi = bootstrap_ci(by_task)
+    lo, hi = _task_ci(scores, lambda s: s.correct)
     coverage = [s.answer_coverage for s in scores if s.answer_coverage is not None]
     stated = sum(s.numbers_stated for s in scores)
     return {
@@ -141,10 +145,7 @@ def _semantic(scores: list[InstanceScore]) -> dict[str, float]:
     measured = [s for s in scores if s.semantic_correct is not None]
     if not measured:
         return {}
-    by_task = {
-        t: [float(bool(s.semantic_correct)) for s in g] for t, g in _group(measured, lambda s: s.task_id).items()
-    }
-    lo, hi = bootstrap_ci(by_task)
+    lo, hi = _task_ci(measured, lambda s: bool(s.semantic_correct))
     return {
         "semantic_accuracy": _mean(bool(s.semantic_correct) for s in measured),
         "semantic_accuracy_ci_low": lo,
