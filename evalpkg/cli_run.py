@@ -244,6 +244,7 @@ def _print_run(result: dict[str, Any]) -> None:
         )
     if result["mlflow_run_url"]:
         to_stderr(f"MLflow run: {result['mlflow_run_url']}")
+        to_stderr(f"compare runs in MLflow: {result['mlflow_compare_url']}")
     typer.echo(f"report: {result['report']}")
 
 

@@ -214,6 +214,7 @@ def eval_score_and_log(run_id: str, track: bool = True) -> dict[str, Any]:
     finished = finish_run(get_settings(), run_id, track=track)  # includes the GX suite on the outputs
     if finished.mlflow_run_url:  # the task log's way to the run (an INFO line)
         logging.getLogger(__name__).info("MLflow run: %s", finished.mlflow_run_url)
+        logging.getLogger(__name__).info("compare runs in MLflow: %s", finished.mlflow_compare_url)
     return {
         "run_id": run_id,
         "accuracy": finished.scored.table["overall"]["accuracy"],

@@ -61,6 +61,7 @@ class Finished:
     mlflow_run_id: str | None
     traces_s: float | None = None  # from the first trace sent to the last stored, beside the stages after grading
     mlflow_run_url: str | None = None  # the run's page in the MLflow UI
+    mlflow_compare_url: str | None = None  # the experiment's runs on the headline measures
 
 
 def new_run_id(config: RunConfig) -> str:
@@ -310,7 +311,9 @@ def finish_run(settings: Settings, run_id: str, *, track: bool, progress: Progre
     if track:
         scored.seconds["tracking"] = clock.seconds["tracking"]
     traces_s = time.perf_counter() - export_started if track else None
-    return Finished(scored, path, mlflow_run_id, traces_s, tracker.run_url if tracker and mlflow_run_id else None)
+    if tracker is None or mlflow_run_id is None:
+        return Finished(scored, path, mlflow_run_id, traces_s)
+    return Finished(scored, path, mlflow_run_id, traces_s, tracker.run_url, tracker.compare_url)
 
 
 def _timed(fn: Callable[..., Path], *args: Any) -> tuple[Path, float]:
@@ -343,6 +346,7 @@ def run_all(
         "report": finished.report,
         "mlflow_run_id": finished.mlflow_run_id,
         "mlflow_run_url": finished.mlflow_run_url,
+        "mlflow_compare_url": finished.mlflow_compare_url,
         "traces_s": finished.traces_s,
         "shards": reports,
         "overall": finished.scored.table["overall"],

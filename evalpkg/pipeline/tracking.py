@@ -23,6 +23,7 @@ from evalpkg.agent.trajectory import Trajectory
 from evalpkg.errors import ServiceError
 from evalpkg.grading.comparator import COMPARATOR_VERSION
 from evalpkg.pipeline.metrics import breakdown_rows, flat_metrics, summarize
+from evalpkg.pipeline.mlflow_view import ensure_view, view_url
 from evalpkg.pipeline.score import InstanceScore
 from evalpkg.pipeline.trace_export import NoOtlpRoute, OtlpExport, chunks, drafts
 from evalpkg.runconfig import RunConfig
@@ -153,6 +154,11 @@ class Tracker:
         """The parent run's page in the MLflow UI."""
         return f"{self.tracking_uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.parent_id}"
 
+    @property
+    def compare_url(self) -> str:
+        """The experiment's runs compared on the headline measures (its saved view)."""
+        return view_url(self.tracking_uri, self.experiment_id)
+
     def __enter__(self) -> Tracker:
         for key, value in BATCHED_TRACES.items():
             os.environ.setdefault(key, value)
@@ -173,6 +179,7 @@ class Tracker:
                 f"MLflow at {self.tracking_uri} is unreachable: {str(exc).splitlines()[0][:200]}"
             ) from exc
         self.client = mlflow.MlflowClient()
+        ensure_view(self.client, self.experiment_id)
         tagged = _runs_of(self.client, self.experiment_id, self.run_id)
         parents = [r for r in tagged if PARENT_TAG not in r.data.tags]
         self.reused = parents[0].info.run_id if parents else None

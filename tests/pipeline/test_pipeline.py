@@ -336,6 +336,7 @@ def test_traces_leave_as_answers_are_graded_and_a_stage_failing_after_is_complet
     import mlflow
 
     from evalpkg.pipeline import run
+    from evalpkg.pipeline.mlflow_view import view_url
     from evalpkg.pipeline.tracking import RUN_ID_TAG, count_traces
     from evalpkg.services import mlflow_server
 
@@ -371,6 +372,7 @@ def test_traces_leave_as_answers_are_graded_and_a_stage_failing_after_is_complet
             finished.mlflow_run_url
             == f"{generated.tracking_uri}/#/experiments/{experiment}/runs/{parent().info.run_id}"
         )
+        assert finished.mlflow_compare_url == view_url(generated.tracking_uri, experiment)
         assert finished.traces_s is not None and finished.traces_s > 0
         traces = mlflow.search_traces(
             run_id=finished.mlflow_run_id, locations=[parent().info.experiment_id], return_type="list"
