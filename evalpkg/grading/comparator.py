@@ -31,6 +31,8 @@ its rows by their periods (series.py). A pivot is compared with every choice of 
 allows, as the wide form is. Added in 8: a label made only of summary words ('Hospital-wide', 'All departments')
 is a total, and a total label names the gold's one total row (全院) (summary.py, relabel.py); where a LIMIT cuts
 a tie, the list of every tied row (FETCH FIRST n ROWS WITH TIES) is accepted as any choice of them is (ties.py).
+Added in 9: a label or header that names one period among other words ('admissions_nov_2024': what was
+counted, then when) speaks of that period, as the period alone does (cross.py).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from evalpkg.grading.matching import find_assignment, rows_equal
 from evalpkg.grading.values import Row
 from evalpkg.sql.order import order_targets
 
-COMPARATOR_VERSION = 8
+COMPARATOR_VERSION = 9
 
 
 @dataclass(frozen=True)

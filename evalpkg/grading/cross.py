@@ -93,8 +93,9 @@ def _relative_labels(texts: list[str], year: str | None) -> dict[str, str]:
 
 
 def period_index(text: str, year: str | None) -> int | None:
-    """A month or a quarter with its year as a number that the next one follows by 1 (kinds apart)."""
-    ids = period_ids(label_key(text), year)
+    """A month or a quarter with its year as a number that the next one follows by 1 (kinds apart): the
+    label's period, or the one period a longer label names among other words ('admissions_nov_2024')."""
+    ids = _period_within(label_key(text), year)
     if len(ids) != 1:
         return None
     kind, _, when = ids.pop().partition(":")
@@ -104,6 +105,17 @@ def period_index(text: str, year: str | None) -> int | None:
     if kind == "month":
         return 12 * int(y) + int(part) - 1
     return 10**6 + 4 * int(y) + int(part[1:]) - 1  # a quarter is never next to a month
+
+
+def _period_within(key: str, year: str | None) -> set[str]:
+    """The periods a label key names, whole or in its longest run of words that names one (the other words
+    say what was counted: 'admissions nov 2024'); none where runs that long name two ('nov to dec')."""
+    words = key.split()
+    for n in range(len(words), 0, -1):
+        found = {i for start in range(len(words) - n + 1) for i in period_ids(" ".join(words[start : start + n]), year)}
+        if found:
+            return found if len(found) == 1 else set()
+    return set()
 
 
 def _by_telling_word(text: str, keys: list[list[str]]) -> set[int]:

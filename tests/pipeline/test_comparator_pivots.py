@@ -518,6 +518,8 @@ SCOPE_NAMES = [
     ["hospital admissions, this month"],
 ]
 BY_MONTH = ["scope", "nov_2024", "dec_2024", "change"]
+COUNTED = ["scope", "admissions_nov_2024", "admissions_dec_2024", "change"]
+TWO_EACH = ["scope", "nov_vs_dec_2024_first", "nov_vs_dec_2024_second", "change"]
 
 
 @pytest.mark.parametrize(
@@ -528,6 +530,10 @@ BY_MONTH = ["scope", "nov_2024", "dec_2024", "change"]
         ([["Cardiology", 1, 8, 7], ["Hospital-wide", 5, 16, 11]], BY_MONTH, False, "the months swapped"),
         ([["Cardiology", 16, 5, -11], ["Hospital-wide", 8, 1, -7]], BY_MONTH, False, "the scopes swapped"),
         ([["Cardiology", 8, 1, -7], ["Hospital-wide", 16, 5, -11]], ["scope", "a", "b", "c"], False, "no months"),
+        # a header that names its month among other words (what was counted) speaks of that month (v9 study 2 R08)
+        ([["Cardiology 心血管内科", 8, 1, -7], ["Hospital-wide 全院", 16, 5, -11]], COUNTED, True, "counted words"),
+        ([["Cardiology", 1, 8, 7], ["Hospital-wide", 5, 16, 11]], COUNTED, False, "counted words, months swapped"),
+        ([["Cardiology", 8, 1, -7], ["Hospital-wide", 16, 5, -11]], TWO_EACH, False, "headers naming two months"),
     ],
 )
 def test_a_department_beside_the_hospital_by_month(pred: Rows, columns: list[str], expected: bool, why: str) -> None:
