@@ -248,6 +248,17 @@ def period_series(g: Gold) -> Layout | None:
     return rows, [*(g.columns[j] for j in keys), "month", *stems]
 
 
+def period_series_in_words(g: Gold) -> Layout | None:
+    """The period series with each month named among words that say what was counted ('admissions in
+    2024-11'): the month is still the row's period."""
+    laid = period_series(g)
+    if laid is None:
+        return None
+    rows, columns = laid
+    at = columns.index("month")
+    return [[*r[:at], f"admissions in {r[at]}", *r[at + 1 :]] for r in rows], columns
+
+
 def period_rows_by_role(g: Gold) -> Layout | None:
     """A comparison keyed by its own period (quarter_start '2023-10' beside prev_avg_los, cur_avg_los) as two
     rows per key: a role ('before' / 'after'), the period written another way ('2023-Q3', '2023-Q4'), and
@@ -482,6 +493,7 @@ LAYOUTS: dict[str, Transform] = {
         total_row,
         periods_spelt_out,
         period_series,
+        period_series_in_words,
         period_rows_by_role,
         labels_decorated,
         zero_row_added,
