@@ -16,7 +16,7 @@ HEADLINE_METRICS = ("accuracy", "semantic_accuracy", "expected_call_precision", 
 VIEW_ID = "evalpkg-headline"
 VIEW_NAME = "Headline measures"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_ID}"
-SECTION = "evalpkg-headline"
+SECTION = VIEW_ID  # its one chart section
 CHART_GRID = {"columns": 2, "cardHeight": 300}  # two by two: all four on a 1920x1080 screen
 COLUMN_WIDTH = 180  # px: "expected_call_precision" whole in the table's header
 
