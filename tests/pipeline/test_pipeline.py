@@ -123,6 +123,7 @@ def _project(columns: list[str], rows: list[Any], asked: list[str] | None) -> li
 def test_perturbation_agents_fail_exactly_where_they_should(synced: SyncReport, generated: Settings, kind: str) -> None:
     tasks = release.load(generated.tasks_dir).by_id()
     expected_wrong = set()
+    results: dict[str, tuple[Any, Any]] = {}  # task -> (perturbed, golds) as the reference read them
     executor = gold_executor(generated)
     ties = GoldCache(executor)
     with agent_connection(generated) as conn:
@@ -138,6 +139,7 @@ def test_perturbation_agents_fail_exactly_where_they_should(synced: SyncReport, 
             # each gold, and where its LIMIT cuts a tie each choice of the tied rows, with its tie groups
             choices = [(ties.get(g)[0], o) for g in task.gold_sql for o in ties.acceptable(g, ordered)]
             golds = [(_project(columns, o.rows, asked), o.groups) for columns, o in choices]
+            results[task.id] = (perturbed, [g for g, _ in golds])
             if perturbed is None or not any(
                 g is not None and _reference_equal(perturbed, g, tol, ordered, groups) for g, groups in golds
             ):
@@ -146,7 +148,11 @@ def test_perturbation_agents_fail_exactly_where_they_should(synced: SyncReport, 
     assert expected_wrong, f"{kind} changes no result: the perturbation is not testing anything"
     _, scored = run_agent(generated, f"perturb:{kind}", languages=["zh"], complexities=["plain"])
     wrong = {s.task_id for s in scored.scores if not s.correct}
-    assert wrong == expected_wrong
+    # where the scorer and the reference part, what each side read (a world's key decides the data)
+    differ = {t: results.get(t) for t in wrong ^ expected_wrong}
+    assert wrong == expected_wrong, (
+        f"scorer wrong {sorted(wrong - expected_wrong)}, reference wrong {sorted(expected_wrong - wrong)}: {differ}"
+    )
     unchanged = {t.id for t in tasks.values() if not t.gold_sql or perturb_sql(t.gold_sql[0], kind) == t.gold_sql[0]}
     assert all(s.expected_recall == 1.0 for s in scored.scores if s.task_id in unchanged)
 
