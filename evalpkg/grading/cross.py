@@ -108,14 +108,25 @@ def period_index(text: str, year: str | None) -> int | None:
 
 
 def _period_within(key: str, year: str | None) -> set[str]:
-    """The periods a label key names, whole or in its longest run of words that names one (the other words
-    say what was counted: 'admissions nov 2024'); none where runs that long name two ('nov to dec')."""
+    """The periods a label key names, whole or in its longest run of words that names one where the other
+    words say what was counted ('admissions nov 2024'), not a finer date ('2018 01 28' is a day, no month)
+    or another period ('nov vs dec 2024'); none where runs that long name two."""
     words = key.split()
     for n in range(len(words), 0, -1):
-        found = {i for start in range(len(words) - n + 1) for i in period_ids(" ".join(words[start : start + n]), year)}
+        found = {
+            i
+            for start in range(len(words) - n + 1)
+            if _counted_words(words[:start] + words[start + n :])
+            for i in period_ids(" ".join(words[start : start + n]), year)
+        }
         if found:
             return found if len(found) == 1 else set()
     return set()
+
+
+def _counted_words(words: list[str]) -> bool:
+    """Words that can only say what was counted: no number and no period of their own."""
+    return not any(c.isdigit() for w in words for c in w) and not any(period_ids(w) for w in words)
 
 
 def _by_telling_word(text: str, keys: list[list[str]]) -> set[int]:

@@ -12,6 +12,7 @@ import pytest
 
 from evalpkg.db import connect
 from evalpkg.grading.comparator import match
+from evalpkg.grading.cross import period_index
 from evalpkg.grading.labels import Labels, code_pairs, contains, label_key
 from evalpkg.grading.periods import one_year, period_ids
 from evalpkg.grading.pivot import MAX_RELAYOUTS, relayouts
@@ -538,6 +539,22 @@ TWO_EACH = ["scope", "nov_vs_dec_2024_first", "nov_vs_dec_2024_second", "change"
 )
 def test_a_department_beside_the_hospital_by_month(pred: Rows, columns: list[str], expected: bool, why: str) -> None:
     assert graded(pred, columns, SCOPE_GOLD, SCOPE_COLUMNS, SCOPE_NAMES) is expected, why
+
+
+@pytest.mark.parametrize(
+    ("label", "month", "why"),
+    [
+        ("nov_2024", "2024-11", "the period alone"),
+        ("admissions_nov_2024", "2024-11", "what was counted, then when"),
+        ("visits in Nov 2024", "2024-11", "words around the period"),
+        ("2018-01-28", None, "a day is no month"),
+        ("nov_vs_dec_2024", None, "two months"),
+        ("Q4 2023 n=5", None, "a number beside the period says more than what was counted"),
+    ],
+)
+def test_a_period_named_among_other_words(label: str, month: str | None, why: str) -> None:
+    expected = None if month is None else 12 * int(month[:4]) + int(month[5:]) - 1
+    assert period_index(label, None) == expected, why
 
 
 # anomaly_alos_sharpest_fall_quarter: a comparison keyed by its own quarter (quarter_start, its first month),
