@@ -38,8 +38,8 @@ def validate(
     ] = False,
 ) -> None:
     """Schema, manifest, uniqueness, coverage, every gold SQL, trap mutations and premises on the current eval
-    snapshot, where trap bites and premises are reported; with --reference-worlds, in the worlds a release
-    makes its claims for, where they fail releases from v4 on."""
+    snapshot, where trap bites, premises and what golds find (rows, ties) are reported; with --reference-worlds,
+    in the worlds a release makes its claims for, where they fail releases from v4 on."""
     from evalpkg.testset import release
     from evalpkg.testset.validate import raise_on_problems, validate_reference
     from evalpkg.testset.validate import validate as run

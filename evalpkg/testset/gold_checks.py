@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Final, Literal
 
 from evalpkg.testset import determinism
 from evalpkg.testset.gold import GoldError, GoldSource
 from evalpkg.testset.models import QuestionVariant, Task
 
 ProblemCode = Literal["fails", "empty", "only_null", "nondeterministic", "undetermined", "outputs"]
+# What the data decides rather than the task: under another key's date shifts a thin year may hold no row,
+# a tie or an empty cell. A release makes these claims for the reference worlds, as it does for its traps.
+DATA_DECIDED: Final = frozenset({"empty", "only_null", "nondeterministic", "undetermined"})
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,10 @@ class GoldProblem:
     message: str
     gold: int | None = None  # which of the turn's golds (0-based), None: the task's outputs as a whole
     world: str = ""  # the reference world it was found in; empty: the current snapshot
+
+    @property
+    def data_decided(self) -> bool:
+        return self.code in DATA_DECIDED
 
     def __str__(self) -> str:
         where = f" (follow-up turn {self.turn})" if self.turn else ""

@@ -34,6 +34,7 @@ class TestsetReport:
     tabular: ValidationReport | None = None
     trap_outcomes: list[traps.Outcome] = field(default_factory=list)
     premise_findings: list[premises.Finding] = field(default_factory=list)
+    gold_findings: list[str] = field(default_factory=list)  # what the data decided (GoldProblem.data_decided)
     held: bool = False  # findings are problems: a reference world, and a release from TRAP_BITE_REQUIRED_FROM on
 
     def summary(self) -> str:
@@ -45,13 +46,19 @@ class TestsetReport:
             f"test set {self.version}: {self.tasks} tasks, {self.gold_queries} gold queries executed on "
             f"snapshot {self.snapshot_version} ({self.nondeterministic_golds} nondeterministic, "
             f"{self.undetermined_points} undetermined answer points): {state}{gx}; trap bite rate (bitten/"
-            f"applicable): {bites or 'no trap tags'}; {len(self.premise_findings)} premise finding(s) ({held})"
+            f"applicable): {bites or 'no trap tags'}; {len(self.gold_findings)} gold and {len(self.premise_findings)} "
+            f"premise finding(s) ({held})"
         )
 
     def findings(self) -> list[str]:
-        """Each tagged trap that does not bite (or cannot be checked) and each failed premise, one line each."""
+        """Each gold the data leaves without rows, ties or undecided points, each tagged trap that does not bite
+        (or cannot be checked) and each failed premise, one line each."""
         unbitten = [f"trap {o.line()}" for o in self.trap_outcomes if o.status != "bites"]
-        return unbitten + [f"premise {f.line()}" for f in self.premise_findings]
+        return (
+            [f"gold {g}" for g in self.gold_findings]
+            + unbitten
+            + [f"premise {f.line()}" for f in self.premise_findings]
+        )
 
 
 def structural_problems(tasks: list[Task], *, min_tasks: int = MIN_TASKS) -> list[str]:
@@ -85,9 +92,10 @@ def validate(
     hold_findings: bool = False,
     progress: Progress = quiet,
 ) -> TestsetReport:
-    """Every check on the current snapshot. Trap bites and premises depend on the data: they are
-    problems only with ``hold_findings`` (a reference world) for a release from TRAP_BITE_REQUIRED_FROM
-    on, and reported otherwise."""
+    """Every check on the current snapshot. Trap bites, premises and what a gold finds (rows, ties, answer
+    points: GoldProblem.data_decided) depend on the data: they are problems only with ``hold_findings`` (a
+    reference world) for a release from TRAP_BITE_REQUIRED_FROM on, and reported otherwise. A gold that
+    fails or returns the wrong columns is a problem on any snapshot."""
     rel = release.load(settings.tasks_dir, version)  # schema + manifest: raises on the first bad file
     report = TestsetReport(rel.version, len(rel.tasks), held=hold_findings and traps.required(rel.version))
     report.problems += structural_problems(rel.tasks, min_tasks=min_tasks)
@@ -104,7 +112,10 @@ def validate(
             report.nondeterministic_golds += len({(p.turn, p.gold) for p in found if p.code == "nondeterministic"})
             report.undetermined_points += sum(p.code == "undetermined" for p in found)
             path = rel.root / "tasks" / f"{task.id}.json"
-            report.problems += [f"{path}: field gold_sql: {p}" if p.code == "fails" else str(p) for p in found]
+            report.problems += [
+                f"{path}: field gold_sql: {p}" if p.code == "fails" else str(p) for p in found if not p.data_decided
+            ]
+            report.gold_findings += [str(p) for p in found if p.data_decided]
             if i % 50 == 0:
                 progress(f"checked {i}/{len(rel.tasks)} tasks")
     progress("running the trap mutations and premise checks")

@@ -276,7 +276,9 @@ def test_traps_bite_where_they_should(synced: SyncReport, generated: Settings) -
 def test_findings_are_held_in_a_reference_world_from_v4_on_and_reported_elsewhere(
     synced: SyncReport, generated: Settings, tmp_path: Path
 ) -> None:
-    tasks = [t for t, _ in WORLD[:5]]
+    # no stay before 1900 in any world: a gold the data leaves without rows, not one the task got wrong
+    empty = _task("nostay", f"select ksdm, count(*) as n from {V} where ryrq < '1900-01-01' group by ksdm", [])
+    tasks = [t for t, _ in WORLD[:5]] + [empty]
     for version in ("v3", "v4"):
         release.write(tmp_path, version, tasks, "snap", release.ChangeSet(added={t.id: "test" for t in tasks}))
     settings = generated.model_copy(update={"tasks_dir": tmp_path})
@@ -285,9 +287,16 @@ def test_findings_are_held_in_a_reference_world_from_v4_on_and_reported_elsewher
     held = validate(settings, "v4", min_tasks=1, hold_findings=True)
     for report, why in ((old, "v1..v3 are immutable"), (anywhere, "another snapshot than the reference worlds")):
         assert "soft_delete 50% (1/2, 1 n/a)" in report.summary() and "reported only" in report.summary(), why
-        assert not [p for p in report.problems if p.startswith(("trap ", "premise "))], why
-    failing = [p for p in held.problems if p.startswith(("trap ", "premise "))]
+        assert not [p for p in report.problems if p.startswith(("gold ", "trap ", "premise ")) or "nostay" in p], why
+        gold = [p for p in report.findings() if p.startswith("gold ")]
+        assert [p.split(": ")[1] for p in gold] == [
+            "gold #1 returns no rows (neither result.empty_expected nor notes saying fewer rows are expected)",
+            "undetermined answer_points[0] (row 0, col 0)",
+        ], why
+        assert "2 gold and 0 premise finding(s)" in report.summary(), why
+    failing = [p for p in held.problems if p.startswith(("gold ", "trap ", "premise "))]
     assert failing == held.findings() and len([p for p in failing if p.startswith("trap ")]) == 2
+    assert len([p for p in failing if p.startswith("gold st-nostay-001: ")]) == 2
     assert any("st-futile-001 [soft_delete] does not bite" in p for p in failing)
     assert any("st-nofilter-001 [soft_delete] not applicable" in p for p in failing)
     assert "(failing)" in held.summary()
