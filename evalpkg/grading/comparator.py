@@ -33,6 +33,10 @@ is a total, and a total label names the gold's one total row (全院) (summary.p
 a tie, the list of every tied row (FETCH FIRST n ROWS WITH TIES) is accepted as any choice of them is (ties.py).
 Added in 9: a label or header that names one period among other words ('admissions_nov_2024': what was
 counted, then when) speaks of that period, as the period alone does (cross.py).
+Changed in 10: the words beside a period say only what was counted (no number, no period of their own)
+wherever a label or name is read as holding one, so a day holds no month ('2018-02-02' names neither '2018-02'
+nor '2018-02-01'; periods.py, labels.py); a row of labels with no number is never neutral, so a list of names
+with an extra name is an extra row (relabel.py).
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from evalpkg.grading.matching import find_assignment, rows_equal
 from evalpkg.grading.values import Row
 from evalpkg.sql.order import order_targets
 
-COMPARATOR_VERSION = 9
+COMPARATOR_VERSION = 10
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evalpkg.grading.labels import Labels, contains, findable, kind_words, label_key, label_text, relative_words
-from evalpkg.grading.periods import one_year, period_ids
+from evalpkg.grading.periods import counted_words, one_year, period_ids
 from evalpkg.grading.summary import is_total_label, without_summary_rows
 from evalpkg.sql.vocabulary import RATE, is_rate_header
 
@@ -116,17 +116,12 @@ def _period_within(key: str, year: str | None) -> set[str]:
         found = {
             i
             for start in range(len(words) - n + 1)
-            if _counted_words(words[:start] + words[start + n :])
+            if counted_words(words[:start] + words[start + n :])
             for i in period_ids(" ".join(words[start : start + n]), year)
         }
         if found:
             return found if len(found) == 1 else set()
     return set()
-
-
-def _counted_words(words: list[str]) -> bool:
-    """Words that can only say what was counted: no number and no period of their own."""
-    return not any(c.isdigit() for w in words for c in w) and not any(period_ids(w) for w in words)
 
 
 def _by_telling_word(text: str, keys: list[list[str]]) -> set[int]:

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 
 from evalpkg.errors import QueryError
-from evalpkg.grading.periods import period_ids, period_words
+from evalpkg.grading.periods import holds_period, period_ids, period_words
 from evalpkg.sql.executor import ReadOnlyExecutor
 
 WORDS_FILE = Path(__file__).with_name("label_words.json")
@@ -235,14 +235,20 @@ _PARTS = re.compile(r"[\s()（）\[\]/|,，:：]+")  # what separates the names 
 
 def _held_words(own: str, keys: Sequence[str]) -> int:
     """How many words the longest of these names has that the label holds: as one piece (contains), or,
-    for an English name of two words or more, word by word in any order with others between."""
+    for an English name of two words or more and no number, word by word in any order with others between; a
+    period only beside counted words (periods.holds_period)."""
     words = set(_ASCII_WORD.findall(own))
     best = 0
     for key in keys:
         if not findable(key):
             continue
         parts = _ASCII_WORD.findall(key) if key.isascii() else []
-        if contains(own, key) or (len(parts) > 1 and set(parts) <= words):
+        if period_ids(key):  # a period is held as written, beside counted words: a day holds no month
+            held = contains(own, key) and holds_period(own, key)
+        else:
+            in_any_order = len(parts) > 1 and not any(w[:1].isdigit() for w in parts)  # words, not a date
+            held = contains(own, key) or (in_any_order and set(parts) <= words)
+        if held:
             best = max(best, len(parts) or 1)
     return best
 
@@ -284,5 +290,5 @@ class Targets:
         return {
             j
             for j, keys in enumerate(self.keys)
-            if any(contains(k, a, self.labels.longer(a)) for k in keys for a in aliases)
+            if any(contains(k, a, self.labels.longer(a)) and holds_period(k, a) for k in keys for a in aliases)
         }

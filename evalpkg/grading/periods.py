@@ -66,6 +66,19 @@ def period_ids(key: str, year: str | None = None) -> set[str]:
     return set()
 
 
+def counted_words(words: Iterable[str]) -> bool:
+    """Words beside a period that can only say what was counted ('admissions', '门诊量'): no number ('28' beside
+    the month of the day '2018 01 28', '28日', 'n=5') and no period of their own ('nov' in 'nov vs dec 2024')."""
+    return not any(c.isdigit() for w in words for c in w) and not any(period_ids(w) for w in words)
+
+
+def holds_period(name: str, key: str) -> bool:
+    """Whether a name that contains `key` holds it as written: any key that is no period, and a period only
+    beside counted words ('visits 2024 01', '2024年1月门诊量'), so a day holds no month ('2018 02 02' is not
+    '2018 02')."""
+    return not period_ids(key) or counted_words(name.replace(key, " ", 1).split())
+
+
 def one_year(keys: Iterable[str]) -> str | None:
     """The year every dated period among these label keys lies in, where there is exactly one."""
     years = {i.split(":")[1][:4] for key in keys for i in period_ids(key) if not i.split(":")[1].startswith("*")}

@@ -7,7 +7,8 @@ and a quarter labelled by its first month in a column named for quarters ('2025-
 exactly one gold label and no two the same one; a row whose label names none of the gold's and whose numbers
 are all 0 or NULL is a group the question covers with nothing in it (an active department with no admission,
 a year of the range asked with no stay), a neutral row left out, except where the gold has a LIMIT (a top N
-keeps its N). The values are still compared: the labels only say which row is which."""
+keeps its N); a row with no number states its label, so an extra name in a list of names is an extra row.
+The values are still compared: the labels only say which row is which."""
 
 from __future__ import annotations
 
@@ -64,8 +65,8 @@ def relabelled(
                     else:
                         r[k] = gold_labels[found]
                 break
-    if not used or (unnamed and limited) or any(not _all_zero(rows[i], used) for i in unnamed):
-        return None  # an extra row with numbers: a scope the gold does not have
+    if not used or (unnamed and limited) or any(not _neutral(rows[i], used) for i in unnamed):
+        return None  # an extra row that states something: a scope the gold does not have
     kept = [r for i, r in enumerate(rows) if i not in unnamed]
     return kept if kept != [list(r) for r in pred_rows] else None
 
@@ -114,6 +115,8 @@ def _mapping(
     return mapping
 
 
-def _all_zero(row: list[Any], label_columns: set[int]) -> bool:
+def _neutral(row: list[Any], label_columns: set[int]) -> bool:
+    """A group with nothing in it: it has numbers, each 0 or NULL. A row of labels only states its labels (a
+    department in a list of names), so it is never neutral."""
     numbers = [v for k, v in enumerate(row) if k not in label_columns and not isinstance(v, str)]
-    return all(v is None or (not isinstance(v, bool) and v == 0) for v in numbers)
+    return bool(numbers) and all(v is None or (not isinstance(v, bool) and v == 0) for v in numbers)

@@ -458,6 +458,27 @@ def row_duplicated(g: Gold) -> Layout | None:
     return ([*g.rows, g.rows[0]], g.columns) if g.rows else None
 
 
+def name_added(g: Gold) -> Layout | None:
+    """The gold's group labels alone, as a variant asking only which groups answers, with one name more: a row
+    of names states its name, so it is no group with nothing in it."""
+    labels = _label_columns(g)
+    if not labels or ties.has_limit(g.sql):
+        return None
+    return [*([r[j] for j in labels] for r in g.rows), ["Other"] * len(labels)], [g.columns[j] for j in labels]
+
+
+def day_moved(g: Gold) -> Layout | None:
+    """Each date moved to another day of its month: the first, which also writes the month ('2018-02-28' as
+    '2018-02-01'), or the second for the first. A day holds no month, so it names no other day of it."""
+    if not any(isinstance(v, str) and DAY.fullmatch(v) for r in g.rows for v in r):
+        return None
+    return [[_day_off(v) if isinstance(v, str) and DAY.fullmatch(v) else v for v in r] for r in g.rows], g.columns
+
+
+def _day_off(day: str) -> str:
+    return f"{day[:8]}{'02' if day.endswith('-01') else '01'}"
+
+
 def unit_not_converted(g: Gold) -> Layout | None:
     floats = _floats(g)
     if "unit" not in g.task.tags or not floats:
@@ -513,6 +534,8 @@ MUTATIONS: dict[str, Transform] = {
         row_dropped,
         row_added,
         row_duplicated,
+        name_added,
+        day_moved,
         labels_swapped,
         total_label_on_a_group,
         period_rows_swapped,
@@ -524,6 +547,7 @@ MUTATIONS: dict[str, Transform] = {
 PERIOD_MOVED = "period_moved"  # the gold's date literals a month later, run on the snapshot
 PERIOD_NAME = re.compile(r"year|quarter|month|week|day|date|period", re.IGNORECASE)  # a key, not a measure
 DATE = re.compile(r"'(\d{4})-(\d\d)-(\d\d)")
+DAY = re.compile(r"\d{4}-\d\d-\d\d")
 MONTH_LABEL = re.compile(r"(\d{4})-(\d\d)")
 
 
@@ -567,7 +591,9 @@ def audit(tasks: list[Task], executor: ReadOnlyExecutor, progress: Progress = qu
             raise DataError(f"{task.id}: its gold does not run on this snapshot: {exc}") from exc
         for name, layout in _layouts(g, executor):
             result = results[name]
-            accepted = gold_match(task, prediction_of(layout[1], layout[0]), gold)[0]
+            # a layout of some of the gold's columns is graded as the variant that asks only for them
+            asked = layout[1] if set(layout[1]) < set(g.columns) else None
+            accepted = gold_match(task, prediction_of(layout[1], layout[0]), gold, asked)[0]
             if accepted and result.kind == "mutation" and _explained(g, layout[0], gold):
                 result.explained += 1
                 continue

@@ -282,7 +282,7 @@ def test_order_keys_by_position_and_unknown_expressions() -> None:
 
 
 def test_version_is_exported() -> None:
-    assert COMPARATOR_VERSION == 9
+    assert COMPARATOR_VERSION == 10
 
 
 @pytest.mark.parametrize(

@@ -94,3 +94,40 @@ def test_a_total_label_names_no_row_where_the_gold_has_two_totals() -> None:
     gold = [["全院", 46, 8.6], ["合计", 46, 8.6], *GOLD]
     pred = [["Hospital-wide", 46, 8.6], ["合计", 46, 8.6], *GOLD]
     assert relabelled(pred, COLUMNS, gold, COLUMNS, LABELS) is None
+
+
+NAMES = [["心血管内科"], ["内分泌科"]]
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "columns", "expected", "why"),
+    [
+        ([["Cardiology"], ["Endocrinology"]], NAMES, ["ksmc"], True, "a list of names, each in the other language"),
+        (
+            [["Cardiology"], ["Endocrinology"], ["骨科"]],
+            NAMES,
+            ["ksmc"],
+            False,
+            "a row with no number states its label: an extra name is an extra department, never a neutral row",
+        ),
+        (
+            [[12, 64, "2018-02-01"]],
+            [[12, 64, "2018-02-02"]],
+            ["prev_admissions", "this_admissions", "first_admission"],
+            False,
+            "a day names no other day of its month: '2018-02-01' is also the month, but '2018-02-02' holds no month",
+        ),
+        (
+            [["2018-02-02", 5]],
+            [["2018-02-01", 5]],
+            ["day", "admissions"],
+            False,
+            "nor the other way round: the day's own words hold the month only beside a number ('02')",
+        ),
+        ([["2018-02-01", 5]], [["2018-02", 5]], ["month", "admissions"], True, "the first of a month writes the month"),
+        ([["Feb 2018", 5]], [["2018-02-01", 5]], ["month", "admissions"], True, "a month however written"),
+    ],
+)
+def test_a_label_names_what_it_states(pred: Rows, gold: Rows, columns: list[str], expected: bool, why: str) -> None:
+    rows = relabelled(pred, columns, gold, columns, LABELS)
+    assert (match(pred, gold) or (rows is not None and match(rows, gold))) is expected, why
