@@ -36,7 +36,8 @@ counted, then when) speaks of that period, as the period alone does (cross.py).
 Changed in 10: the words beside a period say only what was counted (no number, no period of their own)
 wherever a label or name is read as holding one, so a day holds no month ('2018-02-02' names neither '2018-02'
 nor '2018-02-01'; periods.py, labels.py); a row of labels with no number is never neutral, so a list of names
-with an extra name is an extra row (relabel.py).
+with an extra name is an extra row (relabel.py); a prediction whose SQL is a gold's own text keeps the decimals
+its query wrote (execution.GoldCache), as when it runs afresh.
 """
 
 from __future__ import annotations

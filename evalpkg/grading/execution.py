@@ -27,6 +27,7 @@ class GoldCache:
     def __init__(self, executor: ReadOnlyExecutor) -> None:
         self.executor = executor
         self._rows: dict[str, tuple[list[str], list[list[Any]]]] = {}
+        self._decimals: dict[str, list[int | None]] = {}  # per gold, as its query wrote them (the rows are JSON)
         self._acceptable: dict[tuple[str, bool], list[ties.Ordered]] = {}
         self._labels: Labels | None = None
         self._predictions: dict[str, Prediction] = {}
@@ -45,7 +46,7 @@ class GoldCache:
             return self._predictions[sql]
         if sql is not None and sql in self._rows:  # a gold's own text: what it returned on this snapshot
             columns, rows = self._rows[sql]
-            return prediction_of(columns, rows)  # a gold is never capped
+            return prediction_of(columns, rows, decimals=self._decimals[sql])  # a gold is never capped
         pred = run_prediction(sql, self.executor)
         if sql is not None and len(pred.rows or ()) <= KEPT_PREDICTION_ROWS:
             self._predictions[sql] = pred
@@ -60,6 +61,7 @@ class GoldCache:
         result = self.executor.run(sql)
         if result.capped:  # agents' results stop at the same cap, so no answer could ever match
             raise DataError(f"a gold returns more than the {self.executor.row_cap} row fetch cap: {sql[:80]}")
+        self._decimals[sql] = result.decimals
         return result.columns, result.rows
 
     def acceptable(self, sql: str, order_matters: bool) -> list[ties.Ordered]:

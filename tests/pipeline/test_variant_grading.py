@@ -10,7 +10,10 @@ import pytest
 from evalpkg.agent.trajectory import Trajectory
 from evalpkg.grading.execution import GoldCache, execution_match
 from evalpkg.pipeline.score import InstanceScore, score_instance
+from evalpkg.settings import Settings
 from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor
+from evalpkg.sync.runner import SyncReport
+from evalpkg.testset.gold import gold_executor
 from evalpkg.testset.models import Task
 
 GOLD = "select diabetics, treated, pct from coverage"
@@ -229,3 +232,23 @@ def test_a_prediction_is_run_once_and_a_gold_text_not_again(
         result = execution_match(task, sql, gold, cast(ReadOnlyExecutor, executor))
     assert executor.ran == runs, why
     assert result[:2] == (status, status == "success"), why
+
+
+def test_a_prediction_that_is_another_golds_text_keeps_the_decimals_its_query_wrote(
+    synced: SyncReport, generated: Settings
+) -> None:
+    """A stale follow-up sends the turn before's gold (5.80, written to two decimals). Read from the gold cache,
+    it is graded as when it runs afresh: its query wrote two decimals, so it is no coarser 5.8 standing for
+    this turn's 5.81 (the cache holds JSON rows, where 5.80 is the float 5.8)."""
+    before, this = "select round(5.8, 2) as m", "select round(5.812, 2) as m"
+    task = make_task(["m"], {level: ["m"] for level in ASKS}, gold=[this], points=1)
+    task = task.model_copy(update={"result": task.result.model_copy(update={"numeric_tolerance": 0.001})})
+    executor = gold_executor(generated)
+    try:
+        fresh, graded_before = GoldCache(executor), GoldCache(executor)
+        graded_before.get(before)  # the turn before was graded on this cache
+        for gold in (fresh, graded_before):
+            assert execution_match(task, before, gold, executor, ["m"])[:2] == ("success", False)
+        assert execution_match(task, "select 5.8 as m", fresh, executor, ["m"])[1]  # one decimal: read at one
+    finally:
+        executor.close()
