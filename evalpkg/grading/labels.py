@@ -243,12 +243,8 @@ def _held_words(own: str, keys: Sequence[str]) -> int:
         if not findable(key):
             continue
         parts = _ASCII_WORD.findall(key) if key.isascii() else []
-        if period_ids(key):  # a period is held as written, beside counted words: a day holds no month
-            held = contains(own, key) and holds_period(own, key)
-        else:
-            in_any_order = len(parts) > 1 and not any(w[:1].isdigit() for w in parts)  # words, not a date
-            held = contains(own, key) or (in_any_order and set(parts) <= words)
-        if held:
+        in_any_order = len(parts) > 1 and not any(w[:1].isdigit() for w in parts)  # words, not a date
+        if (contains(own, key) and holds_period(own, key)) or (in_any_order and set(parts) <= words):
             best = max(best, len(parts) or 1)
     return best
 
