@@ -14,12 +14,10 @@ worlds only. For N random keys on one world (a scratch cluster, a sync per key) 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -28,16 +26,13 @@ from evalpkg.prod.generator import generate
 from evalpkg.services import bootstrap
 from evalpkg.services.stack import scratch_cluster
 from evalpkg.settings import PROD_DB, Settings
-from evalpkg.sql.executor import run_on
 from evalpkg.sync.runner import run_sync
 from evalpkg.testset import release
-from evalpkg.testset.gold import GOLD_TIMEOUT_MS, GoldRunner, agent_connection, gold_executor
+from evalpkg.testset.gold import GoldRunner, agent_connection, gold_executor
 from evalpkg.testset.gold_checks import check_golds
-from evalpkg.testset.models import Complexity, Language, Task
+from evalpkg.testset.models import Task
 from evalpkg.testset.traps import perturb_sql
-from tests.pipeline.test_pipeline import _asked, _project, _reference_equal, _without_empty_groups
-
-KINDS = ("wrong_time_field", "dropped_null_handling", "wrong_column")
+from tests.pipeline.test_pipeline import PERTURBATIONS, reference_reads
 
 
 def gold_findings(settings: Settings, tasks: list[Task]) -> list[str]:
@@ -53,26 +48,11 @@ def parted(settings: Settings, tasks: list[Task]) -> list[str]:
     found = []
     try:
         with agent_connection(settings) as conn:
-            for kind in KINDS:
+            for kind in PERTURBATIONS:
                 for task in tasks:
                     if not task.gold_sql or (changed := perturb_sql(task.gold_sql[0], kind)) == task.gold_sql[0]:
                         continue
-                    asked = task.graded_columns(Language.zh, Complexity.plain)
-                    perturbed = _asked(run_on(conn, changed, timeout_ms=GOLD_TIMEOUT_MS, row_cap=None), asked)
-                    ordered = task.result.order_matters
-                    limited = any(re.search(r"\blimit\b", g, re.IGNORECASE) for g in task.gold_sql)
-                    golds: list[tuple[Any, Any]] = [
-                        (_project(cache.get(g)[0], o.rows, asked), o.groups)
-                        for g in task.gold_sql
-                        for o in cache.acceptable(g, ordered)
-                    ]
-                    reference = perturbed is not None and any(
-                        g is not None
-                        and _reference_equal(
-                            _without_empty_groups(perturbed, g, limited), g, task.result.numeric_tolerance, ordered, gr
-                        )
-                        for g, gr in golds
-                    )
+                    reference = reference_reads(conn, cache, task, changed)[0]
                     scorer = execution_match(task, changed, cache, executor, asked_columns(task, "zh", "plain"))[1]
                     if reference != scorer:
                         found.append(f"{kind} {task.id}: scorer {scorer}, reference {reference}")

@@ -34,7 +34,7 @@ from evalpkg.sql.executor import Fetched, run_on
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release, worlds
 from evalpkg.testset.gold import GOLD_TIMEOUT_MS, agent_connection, gold_executor
-from evalpkg.testset.models import Complexity, Language
+from evalpkg.testset.models import Complexity, Language, Task
 from evalpkg.testset.traps import perturb_sql
 from tests.pipeline.helpers import imperfections, run_agent
 from tests.pipeline.report_helpers import chunks, instance_table
@@ -140,7 +140,30 @@ def _project(columns: list[str], rows: list[Any], asked: list[str] | None) -> li
     return [tuple(row[i] for i in keep) for row in rows]
 
 
-@pytest.mark.parametrize("kind", ["wrong_time_field", "dropped_null_handling", "wrong_column"])
+PERTURBATIONS = ["wrong_time_field", "dropped_null_handling", "wrong_column"]
+
+
+def reference_reads(
+    conn: Any, ties: GoldCache, task: Task, changed: str
+) -> tuple[bool, tuple[list[tuple[Any, ...]] | None, list[list[tuple[Any, ...]] | None]]]:
+    """Whether the independent reference calls `changed` (a perturbed gold) right for the zh/plain variant, the
+    one the perturbation runs, and what it read: the perturbed rows and each gold's (benchmarks/random_keys.py
+    asks the same over random keys)."""
+    asked = task.graded_columns(Language.zh, Complexity.plain)
+    perturbed = _asked(run_on(conn, changed, timeout_ms=GOLD_TIMEOUT_MS, row_cap=None), asked)
+    tol, ordered = task.result.numeric_tolerance, task.result.order_matters
+    # each gold, and where its LIMIT cuts a tie each choice of the tied rows, with its tie groups
+    choices = [(ties.get(g)[0], o) for g in task.gold_sql for o in ties.acceptable(g, ordered)]
+    golds = [(_project(columns, o.rows, asked), o.groups) for columns, o in choices]
+    limited = any(re.search(r"\blimit\b", g, re.IGNORECASE) for g in task.gold_sql)
+    right = perturbed is not None and any(
+        g is not None and _reference_equal(_without_empty_groups(perturbed, g, limited), g, tol, ordered, groups)
+        for g, groups in golds
+    )
+    return right, (perturbed, [g for g, _ in golds])
+
+
+@pytest.mark.parametrize("kind", PERTURBATIONS)
 def test_perturbation_agents_fail_exactly_where_they_should(synced: SyncReport, generated: Settings, kind: str) -> None:
     tasks = release.load(generated.tasks_dir).by_id()
     expected_wrong = set()
@@ -154,19 +177,8 @@ def test_perturbation_agents_fail_exactly_where_they_should(synced: SyncReport, 
             changed = perturb_sql(task.gold_sql[0], kind)
             if changed == task.gold_sql[0]:
                 continue
-            asked = task.graded_columns(Language.zh, Complexity.plain)  # the plain variant is what runs
-            perturbed = _asked(run_on(conn, changed, timeout_ms=GOLD_TIMEOUT_MS, row_cap=None), asked)
-            tol, ordered = task.result.numeric_tolerance, task.result.order_matters
-            # each gold, and where its LIMIT cuts a tie each choice of the tied rows, with its tie groups
-            choices = [(ties.get(g)[0], o) for g in task.gold_sql for o in ties.acceptable(g, ordered)]
-            golds = [(_project(columns, o.rows, asked), o.groups) for columns, o in choices]
-            results[task.id] = (perturbed, [g for g, _ in golds])
-            limited = any(re.search(r"\blimit\b", g, re.IGNORECASE) for g in task.gold_sql)
-            if perturbed is None or not any(
-                g is not None
-                and _reference_equal(_without_empty_groups(perturbed, g, limited), g, tol, ordered, groups)
-                for g, groups in golds
-            ):
+            right, results[task.id] = reference_reads(conn, ties, task, changed)
+            if not right:
                 expected_wrong.add(task.id)
     executor.close()
     assert expected_wrong, f"{kind} changes no result: the perturbation is not testing anything"
