@@ -58,6 +58,7 @@ class Catalog:
     descriptions: dict[str, str]
     columns: dict[str, list[Column]] = field(default_factory=dict)
     entity_names: dict[str, list[str]] = field(default_factory=dict)  # values that point at a table
+    keys: dict[str, list[str]] = field(default_factory=dict)  # table -> its primary key, then its indexes
 
     @classmethod
     def load(cls, conn: psycopg.Connection) -> Catalog:
@@ -75,6 +76,17 @@ class Catalog:
                     "time_semantics from meta.data_dictionary"
                 )
             }
+            # what the database keys and indexes: an agent picks its joins and filters knowing which are cheap
+            keys = conn.execute(
+                "select c.relname, i.indisprimary, string_agg(a.attname, ', ' order by k.ord) "
+                "from pg_index i join pg_class c on c.oid = i.indrelid "
+                "join pg_namespace n on n.oid = c.relnamespace "
+                "cross join unnest(i.indkey) with ordinality as k(attnum, ord) "
+                "join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum "
+                "where n.nspname = any(%s) group by c.relname, i.indexrelid, i.indisprimary "
+                "order by c.relname, i.indisprimary desc, 3",
+                (list(SCHEMAS),),
+            ).fetchall()
             entities = {
                 "t_zy_visit": [v for r in conn.execute("select ksmc, ksmc_en from emr.dict_dept") for v in r if v],
                 "t_lab_result": [
@@ -86,6 +98,8 @@ class Catalog:
                 "t_diag_record": [r[0] for r in conn.execute("select distinct zdmc from emr.t_diag_record")],
             }
         cat = cls(tables={}, descriptions=descriptions, entity_names=entities)
+        for table, primary, columns in keys:
+            cat.keys.setdefault(table, []).append(f"primary key ({columns})" if primary else f"index ({columns})")
         for schema, table, column, dtype in rows:
             cat.tables[table] = f"{schema}.{table}"
             d = dictionary.get((table, column), ("", "", "", "", "", ""))
@@ -98,7 +112,8 @@ class Catalog:
 
     def table_text(self, table: str) -> str:
         head = f"{self.tables[table]}: {self.descriptions.get(table, '')}"
-        return "\n".join([head, "column\ttype\tmeaning\tdetails", *(c.line() for c in self.columns[table])])
+        keys = [f"keys: {'; '.join(self.keys[table])}"] if table in self.keys else []
+        return "\n".join([head, *keys, "column\ttype\tmeaning\tdetails", *(c.line() for c in self.columns[table])])
 
     def overview(self) -> str:
         return "\n".join(f"{self.tables[t]}\t{self.descriptions.get(t, '')}" for t in sorted(self.tables))

@@ -1,0 +1,112 @@
+"""Is every step linear in the world? Each step's seconds at several world sizes, on a scratch cluster
+per size (never yours), and each step's growth exponent between sizes: seconds ~ patients^k, so k near
+1 is linear and k near 2 quadratic. Steps: generating production, the sync's dbt models and dbt tests
+(and its slowest test), its GX suite, a release's golds on the snapshot (`testset validate`'s gold
+checks), and its trap mutations and premises. A reference world's build is a generate plus a sync.
+
+    .venv/bin/python benchmarks/world_scale.py [--sizes 2000,20000,100000] [--release v9]
+
+A step that grows faster than about linearly (k > 1.3 over the largest span) is named at the end and
+the script exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from evalpkg.prod.generator import generate
+from evalpkg.services.stack import scratch_cluster
+from evalpkg.settings import PROD_DB, Settings
+from evalpkg.sync.runner import run_sync
+from evalpkg.testset import release
+from evalpkg.testset.gold import GoldRunner, agent_connection
+from evalpkg.testset.gold_checks import check_golds
+from evalpkg.testset.validate import discrimination
+
+LINEAR_ENOUGH = 1.3  # sub-linear fixed costs pull small spans below 1; noise and n log n push above
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def measure(patients: int, seed: int, version: str | None) -> dict[str, float]:
+    """Seconds per step for one world size."""
+    seconds: dict[str, float] = {}
+    with scratch_cluster() as settings:
+        seconds["generate"], _ = timed(lambda: generate(settings.db_url(PROD_DB), patients, seed))
+        sync = run_sync(settings, full_refresh=True)
+        tests = [n for n in sync.nodes if n.kind in ("test", "unit_test")]
+        seconds["dbt models"] = sum(n.seconds for n in sync.nodes if n.kind not in ("test", "unit_test"))
+        seconds["dbt tests"] = sum(n.seconds for n in tests)
+        slowest = max(tests, key=lambda n: n.seconds)
+        seconds[f"slowest dbt test ({slowest.name[:40]})"] = slowest.seconds
+        seconds["GX suite"] = sync.seconds["gx"]
+        if version is not None:
+            seconds["golds"] = gold_seconds(settings, version)
+            rel = release.load(settings.tasks_dir, version)
+            seconds["traps + premises"], _ = timed(lambda: discrimination(settings, rel.tasks))
+        print(f"  {patients:>7,} patients: " + ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()), flush=True)
+    return seconds
+
+
+def gold_seconds(settings: Settings, version: str) -> float:
+    rel = release.load(settings.tasks_dir, version)
+    with agent_connection(settings) as conn:
+        golds = GoldRunner(conn)
+        elapsed, _ = timed(lambda: [check_golds(task, golds) for task in rel.tasks])
+    return elapsed
+
+
+def exponent(small: tuple[int, float], large: tuple[int, float]) -> float:
+    (n1, t1), (n2, t2) = small, large
+    if t1 <= 0 or t2 <= 0:
+        return float("nan")
+    return math.log(t2 / t1) / math.log(n2 / n1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="2000,20000,100000", help="patients per world, comma-separated")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--release", default="v9", help="whose golds, traps and premises to time ('' for none)")
+    args = parser.parse_args()
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    if len(sizes) < 2:
+        parser.error("--sizes needs at least two sizes")
+    print(f"world scale: sizes {sizes}, seed {args.seed}, release {args.release or 'none'}", flush=True)
+    by_size = {n: measure(n, args.seed, args.release or None) for n in sizes}
+
+    steps = [s for s in by_size[sizes[0]] if not s.startswith("slowest")]
+    spans = list(zip(sizes, sizes[1:], strict=False))
+    head = f"{'step':<22}" + "".join(f"{n:>10,}" for n in sizes) + "".join(f"{f'k {a // 1000}k-{b // 1000}k':>12}" for a, b in spans)
+    print("\n" + head)
+    too_fast = []
+    for step in steps:
+        row = [by_size[n][step] for n in sizes]
+        ks = [exponent((a, by_size[a][step]), (b, by_size[b][step])) for a, b in spans]
+        print(f"{step:<22}" + "".join(f"{t:>9.1f}s" for t in row) + "".join(f"{k:>12.2f}" for k in ks))
+        overall = exponent((sizes[0], row[0]), (sizes[-1], row[-1]))
+        if ks[-1] > LINEAR_ENOUGH and overall > LINEAR_ENOUGH:
+            too_fast.append(f"{step} (k {ks[-1]:.2f})")
+    for n in sizes:
+        slowest = next(s for s in by_size[n] if s.startswith("slowest"))
+        print(f"{n:>7,} patients: {slowest} {by_size[n][slowest]:.1f}s")
+    if too_fast:
+        print(f"\nfaster than linear: {', '.join(too_fast)}")
+        return 1
+    print(f"\nevery step within k <= {LINEAR_ENOUGH} over the largest span")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
