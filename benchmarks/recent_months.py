@@ -93,15 +93,25 @@ def main() -> int:
             f"{kind}: last 12 months / the 12 before: prod {base:.2f}, eval {ours:.2f} "
             f"({'inside' if inside else 'outside'} the band 1 ± {band:.2f})"
         )
-    with connect(settings.db_url(EVAL_DB)) as conn:
-        cells = [int(n) for (n,) in conn.execute(DEPT_MONTHS, {"now": now})]
-    cells.sort()
-    print(
-        f"department x month outpatient visits over the last 12 months ({len(cells)} cells): "
-        f"median {cells[len(cells) // 2] if cells else 0}, under 10 in {sum(n < 10 for n in cells)} "
-        "(a month-over-month change of one department rests on these counts)"
-    )
+    cells = department_months(settings.db_url(EVAL_DB))
+    print(grain(cells) + " (a department's month-over-month change rests on these)")
     return 1 if failed else 0
+
+
+def department_months(eval_url: str) -> list[int]:
+    """Outpatient visits per department x month over the 12 months before the snapshot's "now", sorted."""
+    with connect(eval_url) as conn:
+        row = conn.execute("select pinned_now from meta.snapshot").fetchone()
+        cells = [int(n) for (n,) in conn.execute(DEPT_MONTHS, {"now": row[0] if row else None})]
+    return sorted(cells)
+
+
+def grain(cells: list[int]) -> str:
+    median = cells[len(cells) // 2] if cells else 0
+    return (
+        f"department x month outpatient visits over the last 12 months ({len(cells)} cells): "
+        f"median {median}, under 10 in {sum(n < 10 for n in cells)}"
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ the script exits 1.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import sys
 import time
@@ -21,9 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.recent_months import department_months, grain
 from evalpkg.prod.generator import generate
 from evalpkg.services.stack import scratch_cluster
-from evalpkg.settings import PROD_DB, Settings
+from evalpkg.settings import EVAL_DB, PROD_DB, Settings
 from evalpkg.sync.runner import run_sync
 from evalpkg.testset import release
 from evalpkg.testset.gold import GoldRunner, agent_connection
@@ -51,20 +53,25 @@ def measure(patients: int, seed: int, version: str | None) -> dict[str, float]:
         slowest = max(tests, key=lambda n: n.seconds)
         seconds[f"slowest dbt test ({slowest.name[:40]})"] = slowest.seconds
         seconds["GX suite"] = sync.seconds["gx"]
+        notes = [grain(department_months(settings.db_url(EVAL_DB)))]
         if version is not None:
-            seconds["golds"] = gold_seconds(settings, version)
+            seconds["golds"], failing = gold_seconds(settings, version)
             rel = release.load(settings.tasks_dir, version)
-            seconds["traps + premises"], _ = timed(lambda: discrimination(settings, rel.tasks))
+            seconds["traps + premises"], found = timed(lambda: discrimination(settings, rel.tasks))
+            unrun = sum(o.status == "error" for o in found[1])  # type: ignore[index]
+            notes.append(f"{failing} gold(s) failed or timed out, {unrun} trap mutation(s) did not run")
         print(f"  {patients:>7,} patients: " + ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()), flush=True)
+        print("".join(f"{' ' * 18}{note}\n" for note in notes), end="", flush=True)
     return seconds
 
 
-def gold_seconds(settings: Settings, version: str) -> float:
+def gold_seconds(settings: Settings, version: str) -> tuple[float, int]:
+    """Seconds for every gold check of the release, and how many golds failed to run (timeouts included)."""
     rel = release.load(settings.tasks_dir, version)
     with agent_connection(settings) as conn:
         golds = GoldRunner(conn)
-        elapsed, _ = timed(lambda: [check_golds(task, golds) for task in rel.tasks])
-    return elapsed
+        elapsed, found = timed(lambda: [p for task in rel.tasks for p in check_golds(task, golds)])
+    return elapsed, sum(p.code == "fails" for p in found)  # type: ignore[attr-defined]
 
 
 def exponent(small: tuple[int, float], large: tuple[int, float]) -> float:
@@ -87,9 +94,9 @@ def main() -> int:
     by_size = {n: measure(n, args.seed, args.release or None) for n in sizes}
 
     steps = [s for s in by_size[sizes[0]] if not s.startswith("slowest")]
-    spans = list(zip(sizes, sizes[1:], strict=False))
-    head = f"{'step':<22}" + "".join(f"{n:>10,}" for n in sizes) + "".join(f"{f'k {a // 1000}k-{b // 1000}k':>12}" for a, b in spans)
-    print("\n" + head)
+    spans = list(itertools.pairwise(sizes))
+    head = f"{'step':<22}" + "".join(f"{n:>10,}" for n in sizes)
+    print("\n" + head + "".join(f"{f'k {a // 1000}k-{b // 1000}k':>12}" for a, b in spans))
     too_fast = []
     for step in steps:
         row = [by_size[n][step] for n in sizes]

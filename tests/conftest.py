@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import tempfile
@@ -14,6 +15,7 @@ import pytest
 from evalpkg.db import connect
 from evalpkg.net import free_port
 from evalpkg.prod.generator import generate
+from evalpkg.services import bootstrap
 from evalpkg.services.stack import scratch_cluster
 from evalpkg.settings import PROD_DB, Settings
 from evalpkg.sync.runner import SyncReport, run_sync
@@ -46,11 +48,28 @@ def _shared_worlds_removed() -> Iterator[None]:
 # A new PostgreSQL cluster with the databases, roles and a random de-identification key.
 running_cluster = scratch_cluster
 
+# The session's world is de-identified under a random key, as every user's is, so a check that holds for
+# some keys only fails some runs: the key is printed with the results, and this variable reruns under it.
+KEY_VARIABLE = "EVALPKG_TEST_KEY"
+SESSION_KEY = bytes.fromhex(os.environ[KEY_VARIABLE]) if os.environ.get(KEY_VARIABLE) else secrets.token_bytes(32)
+
 
 @pytest.fixture(scope="session")
 def settings() -> Iterator[Settings]:
     with running_cluster() as s:
+        bootstrap.set_key(s, SESSION_KEY, replace=True)
         yield s
+
+
+def pytest_report_header() -> str:
+    return f"de-identification key of the test world: {KEY_VARIABLE}={SESSION_KEY.hex()}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if terminalreporter.stats.get("failed") or terminalreporter.stats.get("error"):
+        terminalreporter.write_line(
+            f"the test world's key: rerun under it with {KEY_VARIABLE}={SESSION_KEY.hex()} scripts/test ..."
+        )
 
 
 @pytest.fixture(scope="session")
