@@ -3,11 +3,14 @@ per size (never yours), and each step's growth exponent between sizes: seconds ~
 1 is linear and k near 2 quadratic. Steps: generating production, the sync's dbt models and dbt tests
 (and its slowest test), its GX suite, a release's golds on the snapshot (`testset validate`'s gold
 checks), and its trap mutations and premises. A reference world's build is a generate plus a sync.
+At each size it also prints the department x month grain, whether every gold and trap mutation ran,
+and what an agent's runaway statements do there (capped or refused within their timeout, the harness's
+memory bounded).
 
     .venv/bin/python benchmarks/world_scale.py [--sizes 2000,20000,100000] [--release v9]
 
-A step that grows faster than about linearly (k > 1.3 over the largest span) is named at the end and
-the script exits 1.
+A step that grows faster than about linearly (k > 1.3 over the largest span), or a probe past its
+bound, is named at the end and the script exits 1.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import resource
 import sys
 import time
 from collections.abc import Callable
@@ -23,15 +27,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.recent_months import department_months, grain
+from evalpkg.errors import QueryError
 from evalpkg.prod.generator import generate
 from evalpkg.services.stack import scratch_cluster
 from evalpkg.settings import EVAL_DB, PROD_DB, Settings
+from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.sync.runner import run_sync
 from evalpkg.testset import release
 from evalpkg.testset.gold import GoldRunner, agent_connection
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.validate import discrimination
 
+BROKEN_BOUNDS: list[str] = []  # agent probes that ran past their timeout or grew the harness
 LINEAR_ENOUGH = 1.3  # sub-linear fixed costs pull small spans below 1; noise and n log n push above
 
 
@@ -54,6 +61,9 @@ def measure(patients: int, seed: int, version: str | None) -> dict[str, float]:
         seconds[f"slowest dbt test ({slowest.name[:40]})"] = slowest.seconds
         seconds["GX suite"] = sync.seconds["gx"]
         notes = [grain(department_months(settings.db_url(EVAL_DB)))]
+        probe_lines, broken = agent_probes(settings)
+        notes += probe_lines
+        BROKEN_BOUNDS.extend(f"{b} at {patients:,} patients" for b in broken)
         if version is not None:
             seconds["golds"], failing = gold_seconds(settings, version)
             rel = release.load(settings.tasks_dir, version)
@@ -63,6 +73,42 @@ def measure(patients: int, seed: int, version: str | None) -> dict[str, float]:
         print(f"  {patients:>7,} patients: " + ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()), flush=True)
         print("".join(f"{' ' * 18}{note}\n" for note in notes), end="", flush=True)
     return seconds
+
+
+# What an agent may send, run as the agents' tool runs it (row cap, byte caps, its own statement timeout)
+PROBE_TIMEOUT_MS = 5000
+PROBES = {
+    "cross join": "select * from emr.t_lab_result a cross join emr.t_lab_result b",
+    "100k rows": "select * from emr.t_lab_result order by lab_id limit 100000",
+    "runaway count": "select count(*) from emr.t_lab_result a join emr.t_lab_result b on a.cysj < b.cysj",
+}
+
+
+def agent_probes(settings: Settings) -> tuple[list[str], list[str]]:
+    """(one line per probe, the probes that broke a bound): each ends capped or refused within its statement
+    timeout (plus a second), and the harness grows by under 64 MB."""
+    lines, broken = [], []
+    executor = ReadOnlyExecutor(settings.agent_url(), timeout_ms=PROBE_TIMEOUT_MS)
+    try:
+        executor.run("select 1")  # the pooled session is open before measuring
+        for name, statement in PROBES.items():
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            t0 = time.perf_counter()
+            try:
+                result = executor.run(statement)
+                outcome = (
+                    f"{len(result.rows)} rows of {'more than ' if not result.total_known else ''}{result.total_rows}"
+                )
+            except QueryError as exc:
+                outcome = str(exc).splitlines()[0][:60]
+            elapsed = time.perf_counter() - t0
+            grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before
+            lines.append(f"agent probe {name}: {outcome} in {elapsed:.1f}s, peak RSS +{grew:.0f} MB")
+            if elapsed > PROBE_TIMEOUT_MS / 1000 + 1 or grew > 64:
+                broken.append(f"agent probe {name}")
+    finally:
+        executor.close()
+    return lines, broken
 
 
 def gold_seconds(settings: Settings, version: str) -> tuple[float, int]:
@@ -108,8 +154,11 @@ def main() -> int:
     for n in sizes:
         slowest = next(s for s in by_size[n] if s.startswith("slowest"))
         print(f"{n:>7,} patients: {slowest} {by_size[n][slowest]:.1f}s")
+    if BROKEN_BOUNDS:
+        print(f"\nbounds broken: {', '.join(BROKEN_BOUNDS)}")
     if too_fast:
         print(f"\nfaster than linear: {', '.join(too_fast)}")
+    if too_fast or BROKEN_BOUNDS:
         return 1
     print(f"\nevery step within k <= {LINEAR_ENOUGH} over the largest span")
     return 0
