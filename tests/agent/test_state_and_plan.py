@@ -111,12 +111,15 @@ def test_catalog_tools_and_submit_plan(generated: Settings, shared: Shared) -> N
     assert 0 < sel["selectivity"] <= 1 / rows["t_zy_visit"] * 1.5
     stats = tk.call("get_column_statistics", {"table_name": "t_lab_result", "column": "unit"}).content
     assert "mmol/L" in stats["most_common"]
-    assert (
-        tk.call("check_index_exists", {"table_name": "t_lab_result", "columns": ["lab_id"]}).content["exists"] is False
-    )
+
+    def indexed(columns: list[str]) -> bool:
+        return bool(tk.call("check_index_exists", {"table_name": "t_lab_result", "columns": columns}).content["exists"])
+
+    assert indexed(["lab_id"]) and indexed(["xmdm", "cysj"]) and not indexed(["result_value"])  # the eval DB's keys
     assert "检验" in tk.call("get_table_comment", {"table_name": "t_lab_result"}).content["comment"]
     cols = tk.call("get_table_columns", {"table_name": "t_zy_visit"}).content["columns"]
-    assert {"name": "cyrq", "indexed": False}.items() <= next(c for c in cols if c["name"] == "cyrq").items()
+    assert {"name": "cyrq", "indexed": True}.items() <= next(c for c in cols if c["name"] == "cyrq").items()
+    assert {"name": "zyts", "indexed": False}.items() <= next(c for c in cols if c["name"] == "zyts").items()
     bad = tk.call("submit_plan", {"plan": {"steps": [{"action": "SCAN", "table": "t_nope"}]}})
     assert not bad.ok and "plan rejected: R2" in (bad.error or "")
     ok = tk.call(
