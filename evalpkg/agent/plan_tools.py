@@ -35,15 +35,8 @@ class PlanToolkit(Toolkit):
         Args:
             table_name: e.g. t_lab_result.
         """
-        schema, table = self._table(table_name)
-        indexed = {
-            r[0]
-            for r in self._catalog_query(
-                "select a.attname from pg_index i join pg_attribute a on a.attrelid = i.indrelid "
-                "and a.attnum = any(i.indkey) where i.indrelid = (%s || '.' || %s)::regclass",
-                (schema, table),
-            )
-        }
+        _, table = self._table(table_name)
+        indexed = {c for index in self.shared.catalog.indexes.get(table, []) for c in index.columns}
         self.loaded_tables.add(table)
         return {
             "columns": [
@@ -124,15 +117,8 @@ class PlanToolkit(Toolkit):
             table_name: e.g. t_lab_result.
             columns: e.g. ["visit_id"].
         """
-        schema, table = self._table(table_name)
-        rows = self._catalog_query(
-            "select array_agg(a.attname order by k.ord) from pg_index i "
-            "cross join lateral unnest(i.indkey) with ordinality k(attnum, ord) "
-            "join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum "
-            "where i.indrelid = (%s || '.' || %s)::regclass group by i.indexrelid",
-            (schema, table),
-        )
-        exists = any(list(r[0][: len(columns)]) == columns for r in rows)
+        _, table = self._table(table_name)
+        exists = any(index.leads_with(columns) for index in self.shared.catalog.indexes.get(table, []))
         return {"table": table, "columns": columns, "exists": exists}
 
     @tool("plan")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -52,13 +53,42 @@ class Column:
         return " ".join([self.table, self.name, self.meaning, self.meaning_en, self.codes, self.time_semantics])
 
 
+@dataclass(frozen=True)
+class Index:
+    columns: tuple[str, ...]
+    primary: bool
+
+    def text(self) -> str:
+        return f"{'primary key' if self.primary else 'index'} ({', '.join(self.columns)})"
+
+    def leads_with(self, columns: list[str]) -> bool:
+        return list(self.columns[: len(columns)]) == columns
+
+
+def read_indexes(conn: psycopg.Connection, schemas: Iterable[str]) -> dict[str, list[Index]]:
+    """Every index of the tables in these schemas, by table name: the primary key first, then by columns."""
+    rows = conn.execute(
+        "select c.relname, array_agg(a.attname::text order by k.ord), i.indisprimary "
+        "from pg_index i join pg_class c on c.oid = i.indrelid join pg_namespace n on n.oid = c.relnamespace "
+        "cross join unnest(i.indkey) with ordinality as k(attnum, ord) "
+        "join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum "
+        "where n.nspname = any(%s) group by c.relname, i.indexrelid, i.indisprimary "
+        "order by c.relname, i.indisprimary desc, 2",
+        (list(schemas),),
+    ).fetchall()
+    out: dict[str, list[Index]] = {}
+    for table, columns, primary in rows:
+        out.setdefault(table, []).append(Index(tuple(columns), bool(primary)))
+    return out
+
+
 @dataclass
 class Catalog:
     tables: dict[str, str]  # name -> schema-qualified name
     descriptions: dict[str, str]
     columns: dict[str, list[Column]] = field(default_factory=dict)
     entity_names: dict[str, list[str]] = field(default_factory=dict)  # values that point at a table
-    keys: dict[str, list[str]] = field(default_factory=dict)  # table -> its primary key, then its indexes
+    indexes: dict[str, list[Index]] = field(default_factory=dict)  # table -> its primary key, then its indexes
 
     @classmethod
     def load(cls, conn: psycopg.Connection) -> Catalog:
@@ -76,17 +106,7 @@ class Catalog:
                     "time_semantics from meta.data_dictionary"
                 )
             }
-            # what the database keys and indexes: an agent picks its joins and filters knowing which are cheap
-            keys = conn.execute(
-                "select c.relname, i.indisprimary, string_agg(a.attname, ', ' order by k.ord) "
-                "from pg_index i join pg_class c on c.oid = i.indrelid "
-                "join pg_namespace n on n.oid = c.relnamespace "
-                "cross join unnest(i.indkey) with ordinality as k(attnum, ord) "
-                "join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum "
-                "where n.nspname = any(%s) group by c.relname, i.indexrelid, i.indisprimary "
-                "order by c.relname, i.indisprimary desc, 3",
-                (list(SCHEMAS),),
-            ).fetchall()
+            indexes = read_indexes(conn, SCHEMAS)
             entities = {
                 "t_zy_visit": [v for r in conn.execute("select ksmc, ksmc_en from emr.dict_dept") for v in r if v],
                 "t_lab_result": [
@@ -97,9 +117,7 @@ class Catalog:
                 ],
                 "t_diag_record": [r[0] for r in conn.execute("select distinct zdmc from emr.t_diag_record")],
             }
-        cat = cls(tables={}, descriptions=descriptions, entity_names=entities)
-        for table, primary, columns in keys:
-            cat.keys.setdefault(table, []).append(f"primary key ({columns})" if primary else f"index ({columns})")
+        cat = cls(tables={}, descriptions=descriptions, entity_names=entities, indexes=indexes)
         for schema, table, column, dtype in rows:
             cat.tables[table] = f"{schema}.{table}"
             d = dictionary.get((table, column), ("", "", "", "", "", ""))
@@ -112,7 +130,8 @@ class Catalog:
 
     def table_text(self, table: str) -> str:
         head = f"{self.tables[table]}: {self.descriptions.get(table, '')}"
-        keys = [f"keys: {'; '.join(self.keys[table])}"] if table in self.keys else []
+        # which joins and filters are cheap: an agent plans knowing what the database keys and indexes
+        keys = [f"keys: {'; '.join(i.text() for i in self.indexes[table])}"] if table in self.indexes else []
         return "\n".join([head, *keys, "column\ttype\tmeaning\tdetails", *(c.line() for c in self.columns[table])])
 
     def overview(self) -> str:

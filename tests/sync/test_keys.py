@@ -8,27 +8,19 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from evalpkg.agent.schema import Catalog
+from evalpkg.agent.schema import Catalog, read_indexes
 from evalpkg.db import connect
 from evalpkg.errors import SyncError
 from evalpkg.settings import EVAL_DB, PROD_DB, Settings
 from evalpkg.sync.dbt import run_dbt
 from evalpkg.sync.runner import SyncReport
 
-# every index of a schema: (table, 'col1,col2', is the primary key)
-INDEXES = """
-select c.relname, string_agg(a.attname, ',' order by k.ord), i.indisprimary
-from pg_index i join pg_class c on c.oid = i.indrelid join pg_namespace n on n.oid = c.relnamespace
-cross join unnest(i.indkey) with ordinality as k(attnum, ord)
-join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
-where n.nspname = %s group by c.relname, i.indexrelid, i.indisprimary
-"""
 # the time columns questions filter on, each with an index of its own (or leading one)
 TIME_COLUMNS = {("t_zy_visit", "ryrq"), ("t_zy_visit", "cyrq"), ("t_med_order", "kssj"), ("t_diag_record", "zdsj")}
 
 
-def indexes(conn: psycopg.Connection, schema: str) -> set[tuple[str, str, bool]]:
-    return {(t, cols, bool(primary)) for t, cols, primary in conn.execute(INDEXES, (schema,))}
+def indexes(conn: psycopg.Connection, schema: str) -> set[tuple[str, tuple[str, ...], bool]]:
+    return {(table, i.columns, i.primary) for table, found in read_indexes(conn, [schema]).items() for i in found}
 
 
 def test_every_key_of_production_is_kept_in_the_eval_db(synced: SyncReport, generated: Settings) -> None:
@@ -42,7 +34,7 @@ def test_every_key_of_production_is_kept_in_the_eval_db(synced: SyncReport, gene
     assert len(wanted) == 12, wanted  # 8 primary keys, 4 indexes by patient or visit
     missing = wanted - kept
     assert not missing, f"production's keys the eval DB lacks: {sorted(missing)}"
-    leading = {(t, cols.split(",")[0]) for t, cols, _ in kept}
+    leading = {(t, cols[0]) for t, cols, _ in kept}
     assert leading >= TIME_COLUMNS, TIME_COLUMNS - leading
     for plan in plans:  # a lookup by id reads the index, not the whole table
         assert "Index" in " ".join(str(r[0]) for r in plan), plan
