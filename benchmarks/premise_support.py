@@ -4,9 +4,10 @@ errors of chance (|after - before| / sqrt(before + after), two Poisson counts). 
 of visits reads noise: models.Premise.counts_events makes validate and reselect hold such a change to
 premises.CHANCE_SIGMAS of them. Also per template: the events its earlier period needs for the smallest fall
 the premise states to lie beyond chance, against what a reference world gives. Builds the reference worlds
-where needed (`testset worlds`).
+where needed (`testset worlds`). With --patients N, the reference worlds' seeds and keys at another size (each
+world scaled by N / 2,000: the size the next worlds are chosen at), built where needed beside them.
 
-    .venv/bin/python benchmarks/premise_support.py [--version v9]
+    .venv/bin/python benchmarks/premise_support.py [--version v9] [--patients 50000]
 """
 
 from __future__ import annotations
@@ -35,8 +36,13 @@ def needed(fall: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", help="the release (default: the latest)")
+    parser.add_argument("--patients", type=int, help="the README world's size in the worlds read (default: as built)")
     args = parser.parse_args()
     settings = get_settings()
+    reference = worlds.WORLDS
+    if args.patients:
+        scale = args.patients / worlds.WORLDS[0].patients
+        reference = tuple(worlds.World(round(w.patients * scale), w.seed, w.key) for w in worlds.WORLDS)
     rel = release.load(settings.tasks_dir, args.version)
     # the templates' premises as they stand now (a release cut before counts_events existed has none)
     stated = {t.id: t.premise for t in load_templates().templates if t.premise is not None}
@@ -45,7 +51,7 @@ def main() -> None:
     print(f"{rel.version}: {len(tasks)} tasks state a change of a count")
     # template -> [(before, after, sigmas)] over tasks x worlds
     seen: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
-    for world, kept in worlds.each(settings):
+    for world, kept in worlds.each(settings, reference, progress=print):
         executor = gold_executor(kept)
         try:
             for task in tasks:

@@ -16,6 +16,7 @@ import random
 from collections import Counter
 from contextlib import suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evalpkg.errors import DataError
@@ -93,14 +94,13 @@ def reselect(
     progress: Progress = quiet,
 ) -> tuple[release.Release, Reselection]:
     """`per_template`: at most this many tasks per template (more shapes, fewer parameter copies); a
-    template with no task in SOURCE (added after it) gets its count, within the same bound."""
+    template with no task in SOURCE (added after it, or left before) gets its count, within the same bound."""
     tasks_dir = settings.tasks_dir
     src = release.load_source(tasks_dir, source, "reselect from")
     with agent_connection(settings) as conn:
         snap = snapshot_version(conn)  # the user's snapshot, which the release notes name
     target = release.next_version(tasks_dir)
-    # templates added by the target release join with their count; the others keep their tasks' number
-    joining = {t.id: t.count for t in load_templates().templates if t.since == target}
+    joining = joining_templates(tasks_dir, src.tasks, target)
     verdicts: dict[Key, Verdict] = {}
     groups: dict[str, list[Candidate]] = {}
     for n, (world, scratch) in enumerate(worlds.each(settings, reference, progress=progress), 1):
@@ -116,6 +116,18 @@ def reselect(
     rel = release.write(tasks_dir, target, plan.tasks, snap, plan.changes)
     release.add_changelog_summary(tasks_dir, target, plan.summary())
     return rel, plan
+
+
+def joining_templates(tasks_dir: Path, tasks: list[Task], target: str) -> dict[str, int]:
+    """Templates that join the target release with their count: those it adds, and those an earlier release
+    held that the source does not (they left when no reference world held their premises or traps, and return
+    where the worlds now do). The others keep their tasks' number."""
+    held = {t.provenance.template_id for t in tasks}
+    # a template's task is <type prefix>-<template id>-<number>
+    ever = {task_id.split("-", 1)[-1].rsplit("-", 1)[0] for task_id in release.first_released_in(tasks_dir)}
+    return {
+        t.id: t.count for t in load_templates().templates if t.since == target or (t.id in ever and t.id not in held)
+    }
 
 
 def _candidates(scratch: Settings, tasks: list[Task], joining: dict[str, int]) -> dict[str, list[Candidate]]:

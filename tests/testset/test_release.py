@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 
 from evalpkg.errors import DataError
+from evalpkg.settings import PROJECT_ROOT
 from evalpkg.testset import release
+from evalpkg.testset.build import load_templates
 from evalpkg.testset.models import Task
+from evalpkg.testset.reselect import joining_templates
 from tests.testset.test_models_and_fingerprints import task_dict
 
 
@@ -76,3 +79,19 @@ def test_changelog_and_diff(tasks_dir: Path) -> None:
     d = release.diff(v1, release.load(tasks_dir, "v2"))
     assert (list(d.added), list(d.changed), list(d.removed)) == ([new.id], [changed.id], ["st-sample-003"])
     assert d.changed[changed.id] == "fields: maintenance_notes"
+
+
+def test_a_template_that_left_rejoins_the_next_reselection_with_its_count(tmp_path: Path) -> None:
+    """v9 held no task of two anomaly templates (no 2,000-patient world held their premises): the next
+    reselection tries them again, in worlds that may; a template never released does not join early."""
+    committed = release.load(PROJECT_ROOT / "tasks", "v8").tasks
+    left = "anomaly_outpatient_sharpest_drop_year"
+    kept = [t for t in committed if t.provenance.template_id in (left, "drug_patients_by_dept_year")]
+    release.write(tmp_path, "v1", kept, "snap", release.ChangeSet(added={t.id: "test" for t in kept}))
+    without = [t for t in kept if t.provenance.template_id != left]
+    release.write(
+        tmp_path, "v2", without, "snap", release.ChangeSet(removed={t.id: "test" for t in kept if t not in without})
+    )
+    templates = {t.id: t for t in load_templates().templates}
+    assert joining_templates(tmp_path, without, "v3") == {left: templates[left].count}
+    assert joining_templates(tmp_path, kept, "v3") == {}  # held by the source: it keeps its tasks' number
