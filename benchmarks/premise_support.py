@@ -5,7 +5,7 @@ of visits reads noise: models.Premise.counts_events makes validate and reselect 
 premises.CHANCE_SIGMAS of them. Also per template: the events its earlier period needs for the smallest fall
 the premise states to lie beyond chance, against what a reference world gives. Builds the reference worlds
 where needed (`testset worlds`). With --patients N, the reference worlds' seeds and keys at another size (each
-world scaled by N / 2,000: the size the next worlds are chosen at), built where needed beside them.
+world scaled by N / 2,000, `worlds.scaled`: the size the next worlds are chosen at), built where needed beside them.
 
     .venv/bin/python benchmarks/premise_support.py [--version v9] [--patients 50000]
 """
@@ -39,10 +39,7 @@ def main() -> None:
     parser.add_argument("--patients", type=int, help="the README world's size in the worlds read (default: as built)")
     args = parser.parse_args()
     settings = get_settings()
-    reference = worlds.WORLDS
-    if args.patients:
-        scale = args.patients / worlds.WORLDS[0].patients
-        reference = tuple(worlds.World(round(w.patients * scale), w.seed, w.key) for w in worlds.WORLDS)
+    reference = worlds.scaled(args.patients) if args.patients else worlds.WORLDS
     rel = release.load(settings.tasks_dir, args.version)
     # the templates' premises as they stand now (a release cut before counts_events existed has none)
     stated = {t.id: t.premise for t in load_templates().templates if t.premise is not None}
