@@ -1,3 +1,4 @@
 from evalpkg.cli import main
 
-main()
+if __name__ == "__main__":  # a spawned process (reference worlds built in parallel) imports this without running it
+    main()
