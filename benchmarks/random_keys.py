@@ -55,7 +55,7 @@ def trap_findings(settings: Settings, tasks: list[Task]) -> tuple[list[str], lis
     """(traps that do not bite and failed premises: findings; mutations that fail to run: failures)"""
     _, outcomes, premise_findings = discrimination(settings, tasks)
     findings = [f"trap {o.task_id} [{o.tag}] does not bite" for o in outcomes if o.status == "does_not_bite"]
-    findings += [f"premise {f}" for f in premise_findings]
+    findings += [f"premise {f.line()}" for f in premise_findings]
     return findings, [f"trap {o.line()}" for o in outcomes if o.status == "error"]
 
 
