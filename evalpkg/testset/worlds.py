@@ -152,8 +152,10 @@ def build_missing(settings: Settings, worlds: tuple[World, ...] = WORLDS, *, pro
     own: dbt keeps global state, so two builds never share a process)."""
     ready = set(built(settings, worlds))
     missing = [w for w in worlds if w not in ready]
-    if len(missing) < 2:
-        return  # one is built where it is opened, with its progress
+    if len(missing) < 2 or multiprocessing.current_process().daemon:
+        # one is built where it is opened, with its progress; so is each where this process may have no children
+        # (a task in a Celery worker's pool)
+        return
     where = home(settings, missing[0]).parent
     progress(f"building {len(missing)} reference worlds, {BUILD_PROCESSES} at a time (once; kept under {where})")
     spawn = multiprocessing.get_context("spawn")  # no server connection or thread crosses a fork

@@ -7,7 +7,8 @@
     | selectattr('alias', 'equalto', model.identifier) | first %}
 {% set existing = existing_indexes(model) %}
 {% for columns, primary in declared_keys(node.config.meta) %}
-    {% if (primary and not existing.get(columns)) or columns not in existing %}
+    {% set present = existing.get(columns, false) if primary else columns in existing %}
+    {% if not present %}
         {% do missing.append(('primary key' if primary else 'index') ~ ' (' ~ columns ~ ')') %}
     {% endif %}
 {% endfor %}
