@@ -21,7 +21,6 @@ import math
 import resource
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -36,23 +35,19 @@ from evalpkg.sync.runner import run_sync
 from evalpkg.testset import release
 from evalpkg.testset.gold import GoldRunner, agent_connection
 from evalpkg.testset.gold_checks import check_golds
+from evalpkg.testset.models import Task
 from evalpkg.testset.validate import discrimination
 
-BROKEN_BOUNDS: list[str] = []  # agent probes that ran past their timeout or grew the harness
 LINEAR_ENOUGH = 1.3  # sub-linear fixed costs pull small spans below 1; noise and n log n push above
 
 
-def timed(fn: Callable[[], object]) -> tuple[float, object]:
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
-
-
-def measure(patients: int, seed: int, version: str | None) -> dict[str, float]:
-    """Seconds per step for one world size."""
+def measure(patients: int, seed: int, version: str | None) -> tuple[dict[str, float], list[str]]:
+    """Seconds per step for one world size, and the agent probes that broke a bound there."""
     seconds: dict[str, float] = {}
     with scratch_cluster() as settings:
-        seconds["generate"], _ = timed(lambda: generate(settings.db_url(PROD_DB), patients, seed))
+        t0 = time.perf_counter()
+        generate(settings.db_url(PROD_DB), patients, seed)
+        seconds["generate"] = time.perf_counter() - t0
         sync = run_sync(settings, full_refresh=True)
         tests = [n for n in sync.nodes if n.kind in ("test", "unit_test")]
         seconds["dbt models"] = sum(n.seconds for n in sync.nodes if n.kind not in ("test", "unit_test"))
@@ -63,16 +58,17 @@ def measure(patients: int, seed: int, version: str | None) -> dict[str, float]:
         notes = [grain(department_months(settings.db_url(EVAL_DB)))]
         probe_lines, broken = agent_probes(settings)
         notes += probe_lines
-        BROKEN_BOUNDS.extend(f"{b} at {patients:,} patients" for b in broken)
         if version is not None:
-            seconds["golds"], failing = gold_seconds(settings, version)
-            rel = release.load(settings.tasks_dir, version)
-            seconds["traps + premises"], found = timed(lambda: discrimination(settings, rel.tasks))
-            unrun = sum(o.status == "error" for o in found[1])  # type: ignore[index]
+            tasks = release.load(settings.tasks_dir, version).tasks
+            seconds["golds"], failing = gold_seconds(settings, tasks)
+            t0 = time.perf_counter()
+            _, outcomes, _ = discrimination(settings, tasks)
+            seconds["traps + premises"] = time.perf_counter() - t0
+            unrun = sum(o.status == "error" for o in outcomes)
             notes.append(f"{failing} gold(s) failed or timed out, {unrun} trap mutation(s) did not run")
         print(f"  {patients:>7,} patients: " + ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()), flush=True)
         print("".join(f"{' ' * 18}{note}\n" for note in notes), end="", flush=True)
-    return seconds
+    return seconds, [f"{b} at {patients:,} patients" for b in broken]
 
 
 # What an agent may send, run as the agents' tool runs it (row cap, byte caps, its own statement timeout)
@@ -111,13 +107,13 @@ def agent_probes(settings: Settings) -> tuple[list[str], list[str]]:
     return lines, broken
 
 
-def gold_seconds(settings: Settings, version: str) -> tuple[float, int]:
-    """Seconds for every gold check of the release, and how many golds failed to run (timeouts included)."""
-    rel = release.load(settings.tasks_dir, version)
+def gold_seconds(settings: Settings, tasks: list[Task]) -> tuple[float, int]:
+    """Seconds for every gold check of the tasks, and how many golds failed to run (timeouts included)."""
     with agent_connection(settings) as conn:
         golds = GoldRunner(conn)
-        elapsed, found = timed(lambda: [p for task in rel.tasks for p in check_golds(task, golds)])
-    return elapsed, sum(p.code == "fails" for p in found)  # type: ignore[attr-defined]
+        t0 = time.perf_counter()
+        found = [p for task in tasks for p in check_golds(task, golds)]
+    return time.perf_counter() - t0, sum(p.code == "fails" for p in found)
 
 
 def exponent(small: tuple[int, float], large: tuple[int, float]) -> float:
@@ -137,7 +133,9 @@ def main() -> int:
     if len(sizes) < 2:
         parser.error("--sizes needs at least two sizes")
     print(f"world scale: sizes {sizes}, seed {args.seed}, release {args.release or 'none'}", flush=True)
-    by_size = {n: measure(n, args.seed, args.release or None) for n in sizes}
+    measured = {n: measure(n, args.seed, args.release or None) for n in sizes}
+    by_size = {n: seconds for n, (seconds, _) in measured.items()}
+    broken_bounds = [b for _, broken in measured.values() for b in broken]
 
     steps = [s for s in by_size[sizes[0]] if not s.startswith("slowest")]
     spans = list(itertools.pairwise(sizes))
@@ -154,11 +152,11 @@ def main() -> int:
     for n in sizes:
         slowest = next(s for s in by_size[n] if s.startswith("slowest"))
         print(f"{n:>7,} patients: {slowest} {by_size[n][slowest]:.1f}s")
-    if BROKEN_BOUNDS:
-        print(f"\nbounds broken: {', '.join(BROKEN_BOUNDS)}")
+    if broken_bounds:
+        print(f"\nbounds broken: {', '.join(broken_bounds)}")
     if too_fast:
         print(f"\nfaster than linear: {', '.join(too_fast)}")
-    if too_fast or BROKEN_BOUNDS:
+    if too_fast or broken_bounds:
         return 1
     print(f"\nevery step within k <= {LINEAR_ENOUGH} over the largest span")
     return 0
