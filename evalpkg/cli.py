@@ -15,7 +15,7 @@ from evalpkg.cli_run import register as register_run_commands
 from evalpkg.cli_testset import app as testset_app
 from evalpkg.errors import EvalpkgError, one_line, validation_message
 from evalpkg.progress import to_stderr
-from evalpkg.settings import EVAL_DB, PROD_DB, RESULTS_DB, get_settings
+from evalpkg.settings import EVAL_DB, PROD_DB, README_PATIENTS, RESULTS_DB, get_settings
 
 # Plain help (rich_markup_mode=None): rich's option tables cut long option names at 80 columns.
 app = typer.Typer(
@@ -93,7 +93,7 @@ def _patients_in_range(value: int) -> int:
 
 @prod_app.command("generate")
 def prod_generate(
-    patients: Annotated[int, typer.Option(callback=_patients_in_range, help="number of patients (100..100000)")] = 2000,
+    patients: Annotated[int, typer.Option(callback=_patients_in_range, help="number of patients (100..100000)")] = README_PATIENTS,
     seed: Annotated[int, typer.Option(help="random seed; same seed, same database")] = 7,
     as_of: Annotated[str, typer.Option(help="the snapshot's 'now' (YYYY-MM-DD); prod runs 52 weeks on")] = "2026-10-31",
 ) -> None:

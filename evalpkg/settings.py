@@ -16,6 +16,9 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROD_DB = "ehr_prod"
 EVAL_DB = "ehr_eval"
 RESULTS_DB = "eval_results"
+# The README's world, at the reference scale: the smallest round size where a department's month holds
+# signal (outpatient visits per department x month over the last 12 months: median at least 30; docs/world.md).
+README_PATIENTS = 50_000
 
 SYNC_ROLE = "evalpkg_sync"
 AGENT_ROLE = "evalpkg_agent"

@@ -99,6 +99,10 @@ def generate_visits(rng: np.random.Generator, pts: Patients, start: date, as_of:
     rate = np.array([depts[d]["inpatient_rate"] for d in dept])
     rate = np.where(age_at > 70, np.minimum(rate * 1.6, 0.9), rate)
     inpatient = rng.random(nv) < rate
+    for opened in (d for d in depts.values() if "opened" in d):
+        # a department split off another: from its opening, this share of the other's outpatients are seen there
+        moved = (dept == opened["takes_outpatients_of"]) & ~inpatient & (day >= np.datetime64(opened["opened"], "D"))
+        dept[moved & (rng.random(nv) < opened["share"])] = opened["ksdm"]
     retire = np.datetime64(depts[RETIRED_DEPT]["retired_after"], "D")
     to_retired = inpatient & (age_at > 65) & (day <= retire) & (rng.random(nv) < 0.35)
     dept[to_retired] = RETIRED_DEPT

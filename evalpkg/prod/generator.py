@@ -30,7 +30,7 @@ from evalpkg.prod.terminal import drop_after_death, drop_after_end
 from evalpkg.prod.tickets import Ticket, generate_tickets
 from evalpkg.progress import Progress, quiet
 
-GENERATOR_VERSION = "2"  # 2: production runs SNAPSHOT_LAG past the snapshot, no hand-placed visits
+GENERATOR_VERSION = "3"  # 2: production runs SNAPSHOT_LAG past the snapshot; 3: the endoscopy centre (2024-07)
 MIN_PATIENTS, MAX_PATIENTS = 100, 100_000
 DEFAULT_AS_OF = date(2026, 10, 31)  # the eval snapshot's pinned "now" (meta.his_info.as_of)
 # Production's own "now" is the largest date shift (dbt macro shift_days: 52 weeks) past the snapshot's,

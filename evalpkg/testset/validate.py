@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from evalpkg.errors import DataError
@@ -132,11 +133,9 @@ def validate_reference(
     reference: tuple[worlds.World, ...] = worlds.WORLDS,
     progress: Progress = quiet,
 ) -> list[tuple[worlds.World, TestsetReport]]:
-    """validate in each reference world, findings held (from TRAP_BITE_REQUIRED_FROM on)."""
-    return [
-        (world, validate(scratch, version, hold_findings=True, progress=progress))
-        for world, scratch in worlds.each(settings, reference, progress=progress)
-    ]
+    """validate in each reference world, findings held (from TRAP_BITE_REQUIRED_FROM on); two worlds at a time."""
+    in_world = partial(validate, version=version, hold_findings=True)
+    return worlds.map_each(settings, in_world, reference, progress=progress)
 
 
 def discrimination(settings: Settings, tasks: list[Task]) -> tuple[str, list[traps.Outcome], list[premises.Finding]]:

@@ -22,16 +22,17 @@ import hashlib
 import json
 import multiprocessing
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from evalpkg.errors import ServiceError
 from evalpkg.net import free_port
 from evalpkg.progress import Progress, quiet
-from evalpkg.settings import PROD_DB, PROJECT_ROOT, Settings
+from evalpkg.settings import PROD_DB, PROJECT_ROOT, README_PATIENTS, Settings
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,9 @@ class World:
 
 
 WORLDS: tuple[World, ...] = (
-    *(World(2000, 7, k) for k in range(4)),  # the README's world (and the tests') under four keys
-    World(2000, 8, 4),
-    World(3000, 5, 5),
+    *(World(README_PATIENTS, 7, k) for k in range(4)),  # the README's world under four keys
+    World(README_PATIENTS, 8, 4),
+    World(README_PATIENTS * 3 // 2, 5, 5),
 )
 
 
@@ -61,6 +62,7 @@ def scaled(patients: int) -> tuple[World, ...]:
     return tuple(World(round(w.patients * factor), w.seed, w.key) for w in WORLDS)
 
 
+T = TypeVar("T")
 MARKER = "world.json"
 # What a world is made from: a change in any of these rebuilds it.
 RECIPE_SOURCES = (PROJECT_ROOT / "evalpkg" / "prod", PROJECT_ROOT / "dbt_project")
@@ -172,3 +174,29 @@ def each(
     for world in worlds:
         with opened(settings, world, progress=progress) as kept:
             yield world, kept
+
+
+def _run_in(settings: Settings, world: World, work: Callable[[Settings], T]) -> T:
+    with opened(settings, world) as kept:
+        return work(kept)
+
+
+def map_each(
+    settings: Settings,
+    work: Callable[[Settings], T],
+    worlds: tuple[World, ...] = WORLDS,
+    *,
+    progress: Progress = quiet,
+) -> list[tuple[World, T]]:
+    """work(world) for each world, BUILD_PROCESSES worlds at a time (each in a process of its own; work must be
+    picklable: a module's function or a partial of one), in the worlds' order. One at a time where this process
+    may have no children."""
+    build_missing(settings, worlds, progress=progress)
+    if len(worlds) < 2 or multiprocessing.current_process().daemon:
+        return [(world, work(kept)) for world, kept in each(settings, worlds, progress=progress)]
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(BUILD_PROCESSES, mp_context=spawn) as pool:
+        futures = {pool.submit(_run_in, settings, w, work): w for w in worlds}
+        for n, done in enumerate(as_completed(futures), 1):
+            progress(f"done in the reference world {futures[done].label()} ({n}/{len(worlds)})")
+        return [(futures[f], f.result()) for f in futures]
