@@ -93,7 +93,9 @@ def _patients_in_range(value: int) -> int:
 
 @prod_app.command("generate")
 def prod_generate(
-    patients: Annotated[int, typer.Option(callback=_patients_in_range, help="number of patients (100..100000)")] = README_PATIENTS,
+    patients: Annotated[
+        int, typer.Option(callback=_patients_in_range, help="number of patients (100..100000)")
+    ] = README_PATIENTS,
     seed: Annotated[int, typer.Option(help="random seed; same seed, same database")] = 7,
     as_of: Annotated[str, typer.Option(help="the snapshot's 'now' (YYYY-MM-DD); prod runs 52 weeks on")] = "2026-10-31",
 ) -> None:
