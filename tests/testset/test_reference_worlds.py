@@ -33,7 +33,9 @@ def test_the_latest_release_holds_its_claims_in_every_reference_world(settings: 
         rates = traps.rates(report.trap_outcomes)
         assert all(r.bites == r.applicable == r.tasks > 0 for r in rates.values()), (world.label(), rates)
         assert report.premise_findings == []
-    entry = (COMMITTED / release.CHANGELOG).read_text(encoding="utf-8").split(f"## {latest} ", 1)[1].split("\n## ", 1)[0]
+    entry = (
+        (COMMITTED / release.CHANGELOG).read_text(encoding="utf-8").split(f"## {latest} ", 1)[1].split("\n## ", 1)[0]
+    )
     assert all(w.label() in entry for w in worlds.WORLDS)  # its notes name the worlds its claims hold in
 
 
