@@ -24,7 +24,7 @@ from evalpkg.settings import EVAL_DB, Settings
 from evalpkg.sync.dbt import run_dbt
 from evalpkg.sync.runner import SyncReport
 from evalpkg.sync.validate import validate_eval_db
-from tests.conftest import TEST_PATIENTS, TEST_SEED
+from tests.conftest import SMALL_WORLD_PATIENTS, TEST_SEED
 
 # The suite's batches that guard the world's consistency, one per rule.
 DEATH, REPORT_WAIT, PEDIATRIC, AGE_GROUP = (
@@ -42,7 +42,7 @@ COPIED = [("emr", "t_patient_info"), ("emr", "t_zy_visit"), ("emr", "t_lab_resul
 
 @pytest.fixture(scope="module")
 def world() -> World:
-    return draw(TEST_PATIENTS, TEST_SEED)
+    return draw(SMALL_WORLD_PATIENTS, TEST_SEED)
 
 
 def _nothing_after_death(w: World) -> int:

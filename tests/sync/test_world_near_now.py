@@ -18,7 +18,7 @@ from evalpkg.prod.generator import DEFAULT_AS_OF, SNAPSHOT_LAG, World, draw
 from evalpkg.settings import EVAL_DB, PROD_DB, Settings
 from evalpkg.sync.dbt import run_dbt
 from evalpkg.sync.runner import SyncReport, run_sync
-from tests.conftest import TEST_PATIENTS, TEST_SEED
+from tests.conftest import SMALL_WORLD_PATIENTS, TEST_SEED
 from tests.sync.helpers import content_fingerprint
 
 CHECKS = (
@@ -32,7 +32,7 @@ CHECKS = (
 
 @pytest.fixture(scope="module")
 def world() -> World:
-    return draw(TEST_PATIENTS, TEST_SEED)
+    return draw(SMALL_WORLD_PATIENTS, TEST_SEED)
 
 
 def _next_stays(w: World) -> tuple[np.ndarray, np.ndarray]:
