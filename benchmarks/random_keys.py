@@ -32,7 +32,7 @@ from evalpkg.grading.execution import GoldCache, asked_columns, execution_match
 from evalpkg.prod.generator import generate
 from evalpkg.services import bootstrap
 from evalpkg.services.stack import scratch_cluster
-from evalpkg.settings import PROD_DB, Settings
+from evalpkg.settings import PROD_DB, README_PATIENTS, Settings
 from evalpkg.sync.runner import run_sync
 from evalpkg.testset import release
 from evalpkg.testset.gold import GoldRunner, agent_connection, gold_executor
@@ -82,7 +82,7 @@ def parted(settings: Settings, tasks: list[Task]) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=10)
-    parser.add_argument("--patients", type=int, default=2000)
+    parser.add_argument("--patients", type=int, default=README_PATIENTS, help="default: the reference scale")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--releases", default="", help="comma-separated; default: the latest")
     parser.add_argument("--perturbations", action="store_true", help="also compare scorer and reference")

@@ -188,7 +188,7 @@ LAYOUT = "same counts in another layout"  # how an arbitration upholding a gold 
 @app.command()
 def worlds(
     build: Annotated[
-        bool, typer.Option("--build/--list", help="build the missing ones (two at a time: six in 30 s on 2 cores)")
+        bool, typer.Option("--build/--list", help="build the missing ones (two at a time: six in 2.5 min on 2 cores)")
     ] = True,
 ) -> None:
     """The reference worlds, kept under the state directory: runs score in each of them too

@@ -81,7 +81,7 @@ class RunConfig(BaseModel):
     reference_worlds: bool = Field(
         default=True,
         description="also score each answer in every reference world (semantic_accuracy; the worlds are built "
-        "when a run first needs them, about 40 s on 2 cores); off: the run's snapshot only",
+        "when a run first needs them, about 2.5 min on 2 cores); off: the run's snapshot only",
     )
     max_traces: int | None = Field(
         default=None,

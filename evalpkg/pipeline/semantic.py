@@ -20,7 +20,7 @@ from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset import worlds
 from evalpkg.testset.models import Task
 
-WORLD_BUILD_S = 5  # a reference world of the README's size, built two at a time on 2 cores (six in 30 s)
+WORLD_BUILD_S = 25  # a reference world of the README's size, built two at a time on 2 cores (six in 2.5 min)
 
 
 def score_in_worlds(

@@ -3,13 +3,13 @@ premise holds, no two tasks of a template share an answer).
 
 These claims depend on the snapshot: the de-identification key shifts each patient's dates, so which
 rows a month or a year holds changes with the key, and a thin slice may hold no trap row at all. A
-release therefore makes them for fixed worlds anyone can rebuild: the README's world (2,000 patients,
-seed 7) under four fixed keys, another seed and another size; on any other snapshot `testset validate`
-reports how many traps bite there.
+release therefore makes them for fixed worlds anyone can rebuild: the README's world (README_PATIENTS, the
+reference scale, seed 7) under four fixed keys, another seed and another size; on any other snapshot `testset
+validate` reports how many traps bite there.
 
 Each world is built once into a PostgreSQL cluster of its own under the state directory
 (`<state_dir>/worlds/`, never the user's own cluster), and started only while something reads it:
-building takes some 7 s on 2 cores (the missing ones are built two at a time), opening a second.
+building one takes about a minute on 2 cores (the missing ones are built two at a time), opening a second.
 `testset validate --reference-worlds`, reselection, adjudication and scoring in every world
 (`semantic_accuracy`, which builds the missing ones) share them. A world is rebuilt when what makes it
 changes (the generator or the dbt project: `recipe()`).
