@@ -121,12 +121,14 @@ def reselect(
 def joining_templates(tasks_dir: Path, tasks: list[Task], target: str) -> dict[str, int]:
     """Templates that join the target release with their count: those it adds, and those an earlier release
     held that the source does not (they left when no reference world held their premises or traps, and return
-    where the worlds now do). The others keep their tasks' number."""
+    where the worlds now do), unless they left the test set for good. The others keep their tasks' number."""
     held = {t.provenance.template_id for t in tasks}
     # a template's task is <type prefix>-<template id>-<number>
     ever = {task_id.split("-", 1)[-1].rsplit("-", 1)[0] for task_id in release.first_released_in(tasks_dir)}
     return {
-        t.id: t.count for t in load_templates().templates if t.since == target or (t.id in ever and t.id not in held)
+        t.id: t.count
+        for t in load_templates().templates
+        if not t.left and (t.since == target or (t.id in ever and t.id not in held))
     }
 
 
