@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
 import psycopg
 import pytest
 
 from evalpkg.db import connect
 from evalpkg.errors import ConfigError
-from evalpkg.prod.generator import generate
+from evalpkg.prod.catalog import departments
+from evalpkg.prod.generator import draw, generate
 from evalpkg.settings import PROD_DB, Settings
 
 CHECKSUM = "select md5(string_agg(t::text, '|' order by t::text)) from his.{} t"
@@ -162,3 +164,19 @@ def test_identifiers_look_real(prod: psycopg.Connection) -> None:
         from his.t_patient_info
     """).fetchone()
     assert bad == (0, 0, 0)
+
+
+def test_the_endoscopy_centre_takes_half_of_gastroenterologys_outpatients_from_its_opening() -> None:
+    """A department split (reference.json: 0107 opened 2024-07-01, takes 0104's outpatients at share 0.5):
+    the organisational change behind anomaly_dept_outpatient_fall_2024 and anomaly_dept_split_outpatients."""
+    centre = next(d for d in departments() if "opened" in d)
+    v = draw(20_000, 7).visits
+    opened = np.datetime64(centre["opened"], "s")
+    own = v.dept == centre["ksdm"]
+    assert own.any() and not (own & (v.admitted < opened)).any(), "no visit before it opened"
+    assert not (own & v.inpatient).any(), "outpatients only"
+    after = ~v.inpatient & (v.admitted >= opened) & np.isin(v.dept, [centre["ksdm"], centre["takes_outpatients_of"]])
+    share = (own & after).sum() / after.sum()
+    assert after.sum() > 300 and abs(share - centre["share"]) < 0.1, (int(after.sum()), share)
+    before = ~v.inpatient & (v.admitted < opened) & (v.dept == centre["takes_outpatients_of"])
+    assert before.sum() > 300, "Gastroenterology saw its outpatients before"
