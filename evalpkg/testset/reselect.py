@@ -253,7 +253,7 @@ def _choose(
         if group in plan.joined:
             plan.joined[group] += 1
         if c.previous is None:
-            params = ", ".join(f"{k}={v}" for k, v in c.params)
+            params = ", ".join(f"{k}={v}" for k, v in c.params) or "no parameters"
             plan.changes.added[task.id] = f"template {group} with {params}" + (f" ({why}: tag dropped)" if lost else "")
         else:
             kept.add(task.id)
