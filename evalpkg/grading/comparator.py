@@ -38,6 +38,8 @@ wherever a label or name is read as holding one, so a day holds no month ('2018-
 nor '2018-02-01'; periods.py, labels.py); a row of labels with no number is never neutral, so a list of names
 with an extra name is an extra row (relabel.py); a prediction whose SQL is a gold's own text keeps the decimals
 its query wrote (execution.GoldCache), as when it runs afresh.
+Added in 11: a text on a total row that no other row holds in its column describes the total ('GI + new
+departments' beside 合计) and names no group it would subtotal (summary.py).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from evalpkg.grading.matching import find_assignment, rows_equal
 from evalpkg.grading.values import Row
 from evalpkg.sql.order import order_targets
 
-COMPARATOR_VERSION = 10
+COMPARATOR_VERSION = 11
 
 
 @dataclass(frozen=True)

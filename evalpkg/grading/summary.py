@@ -92,8 +92,9 @@ def _kept_labels(row: Row) -> list[tuple[int, str]]:
 
 
 def _is_summary(row: Row, leaves: list[Row], rel_tol: float) -> bool:
-    """Whether the row summarizes the rows that agree with it on every text label it keeps."""
-    kept = _kept_labels(row)
+    """Whether the row summarizes the rows that agree with it on every text label it keeps. A label no leaf
+    holds in its column describes the row ('GI + new departments' beside 合计) and names no group."""
+    kept = [(col, cell) for col, cell in _kept_labels(row) if any(leaf[col] == cell for leaf in leaves)]
     covered = [leaf for leaf in leaves if all(leaf[col] == cell for col, cell in kept)]
     return bool(covered) and _summarizes(row, covered, rel_tol, subtotal=bool(kept))
 

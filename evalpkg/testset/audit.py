@@ -173,6 +173,17 @@ def total_row(g: Gold) -> Layout | None:
     return [total, *g.rows], g.columns
 
 
+def described_total_row(g: Gold) -> Layout | None:
+    """A total row labelled 合计 at the bottom, and a column saying what each row is, whose words on the total
+    row no group holds ('sum of the rows above')."""
+    if (layout := total_row(g)) is None:
+        return None
+    (total, *groups), columns = layout
+    label = _columns_where(g, lambda vs: all(isinstance(v, str) for v in vs))[0]
+    total = [("合计" if j == label else v) for j, v in enumerate(total)]
+    return [[*r, "group"] for r in groups] + [[*total, "sum of the rows above"]], [*columns, "row_kind"]
+
+
 def _long(g: Gold, label: Callable[[int], str | None]) -> Layout | None:
     """The gold's numeric outputs as (keys..., label, value) rows, one per output and key; None where the
     gold has fewer than two numeric outputs, a key column that is not text, or no label for an output."""
@@ -512,6 +523,7 @@ LAYOUTS: dict[str, Transform] = {
         rounded_to_1_by_query,
         rate_as_percentage,
         total_row,
+        described_total_row,
         periods_spelt_out,
         period_series,
         period_series_in_words,

@@ -282,7 +282,7 @@ def test_order_keys_by_position_and_unknown_expressions() -> None:
 
 
 def test_version_is_exported() -> None:
-    assert COMPARATOR_VERSION == 10
+    assert COMPARATOR_VERSION == 11
 
 
 @pytest.mark.parametrize(
@@ -318,6 +318,16 @@ BREAKDOWN = [["0101", "Cardiology", 30, 0.25], ["0102", "Endocrinology", 10, 0.5
         ([*BREAKDOWN, [None, None, 30, 0.25]], None, "a copy of one row under a NULL label sums nothing"),
         ([*BREAKDOWN, [None, "Unknown", 5, 0.3]], None, "a NULL department of its own is an ordinary row"),
         (BREAKDOWN, None, "no summary row"),
+        (
+            [[*r, "department"] for r in BREAKDOWN] + [["TOTAL", "合计", 60, 0.2, "the three above"]],
+            [[*r, "department"] for r in BREAKDOWN],
+            "a total with a description no other row holds: it names no group",
+        ),
+        (
+            [[*r, "department"] for r in BREAKDOWN] + [["TOTAL", "合计", 61, 0.2, "the three above"]],
+            None,
+            "a described total whose count is not the sum is an extra row",
+        ),
         (
             [["2024-01", "a", 2], ["2024-01", "b", 3], ["2024-01", None, 5], ["2024-02", "a", 1], ["2024-02", None, 1]],
             [["2024-01", "a", 2], ["2024-01", "b", 3], ["2024-02", "a", 1]],
