@@ -77,14 +77,13 @@ class Template(BaseModel):
     # released with it are removed by the next migrate, and no new task is made with it
     withdrawn: dict[str, dict[str, str]] = {}
     since: str = "v1"  # the release that first made tasks from it; `build` (v1) uses only the v1 ones
-    # why no release may make tasks from it any more ("" while one may); it stays for the releases that held it
+    # why no reselection may keep or make its tasks any more ("" while one may); it stays for the releases that
+    # held it (a migrate reproduces them)
     left: str = ""
 
     def retired(self, combo: dict[str, Value]) -> str:
         """Why no new task may use these parameters ("" if it may): a value retired everywhere
         (params.Value.retired) or withdrawn for this template."""
-        if self.left:
-            return f"template {self.id} left the test set: {self.left}"
         why = [f"retired parameter {name}={v.key}: {v.retired}" for name, v in combo.items() if v.retired]
         why += [
             f"parameter {name}={v.key} withdrawn for template {self.id}: {self.withdrawn[name][v.key]}"

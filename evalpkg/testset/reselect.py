@@ -152,8 +152,10 @@ def _candidates(scratch: Settings, tasks: list[Task], joining: dict[str, int]) -
                     by_params[p] = chosen(domain, dict(p))
         order = [p for p in by_params if p in current] + [p for p in by_params if p not in current]
         order = order[: len(current) + CANDIDATES_PER_TEMPLATE]
+        left = f"template {t.id} left the test set: {t.left}" if t.left else ""
         groups[t.id] = [
-            Candidate(t.id, p, instantiate(t, by_params[p], 0), current.get(p), t.retired(by_params[p])) for p in order
+            Candidate(t.id, p, instantiate(t, by_params[p], 0), current.get(p), left or t.retired(by_params[p]))
+            for p in order
         ]
     for task in tasks:
         if task.provenance.source == "ticket":

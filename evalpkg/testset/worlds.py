@@ -144,26 +144,48 @@ def _build(kept: Settings, world: World, progress: Progress) -> None:
 BUILD_PROCESSES = 2  # worlds built at once: generating (Python) and syncing (the server) share 2 cores well
 
 
-def _build_alone(settings: Settings, world: World) -> str:
-    with opened(settings, world):
-        return world.label()
+def _opened_only(kept: Settings) -> None:
+    """Nothing: opening a world builds it where it is missing."""
+
+
+def _run_in(settings: Settings, world: World, work: Callable[[Settings], T]) -> T:
+    with opened(settings, world) as kept:
+        return work(kept)
+
+
+def _in_processes(
+    settings: Settings, worlds: tuple[World, ...], work: Callable[[Settings], T], done: Callable[[World, int], None]
+) -> list[T]:
+    """work in each world, BUILD_PROCESSES worlds at a time, each in a process of its own (dbt keeps global state,
+    so two builds never share one; work must be picklable: a module's function or a partial of one)."""
+    spawn = multiprocessing.get_context("spawn")  # no server connection or thread crosses a fork
+    with ProcessPoolExecutor(BUILD_PROCESSES, mp_context=spawn) as pool:
+        futures = {pool.submit(_run_in, settings, w, work): w for w in worlds}
+        for n, finished in enumerate(as_completed(futures), 1):
+            finished.result()  # the first failure, as soon as it happens
+            done(futures[finished], n)
+        return [f.result() for f in futures]
+
+
+def _no_children() -> bool:
+    """A Celery pool's task may start no process ("daemonic processes are not allowed to have children")."""
+    return multiprocessing.current_process().daemon
 
 
 def build_missing(settings: Settings, worlds: tuple[World, ...] = WORLDS, *, progress: Progress = quiet) -> None:
-    """Build the worlds not built from the current recipe, BUILD_PROCESSES at a time (each in a process of its
-    own: dbt keeps global state, so two builds never share a process)."""
+    """Build the worlds not built from the current recipe, BUILD_PROCESSES at a time."""
     ready = set(built(settings, worlds))
-    missing = [w for w in worlds if w not in ready]
-    if len(missing) < 2 or multiprocessing.current_process().daemon:
-        # one is built where it is opened, with its progress; so is each where this process may have no children
-        # (a task in a Celery worker's pool)
-        return
+    missing = tuple(w for w in worlds if w not in ready)
+    if len(missing) < 2 or _no_children():
+        return  # one is built where it is opened, with its progress; so is each where there may be no children
     where = home(settings, missing[0]).parent
     progress(f"building {len(missing)} reference worlds, {BUILD_PROCESSES} at a time (once; kept under {where})")
-    spawn = multiprocessing.get_context("spawn")  # no server connection or thread crosses a fork
-    with ProcessPoolExecutor(BUILD_PROCESSES, mp_context=spawn) as pool:
-        for n, label in enumerate(as_completed([pool.submit(_build_alone, settings, w) for w in missing]), 1):
-            progress(f"built the reference world {label.result()} ({n}/{len(missing)})")
+    _in_processes(
+        settings,
+        missing,
+        _opened_only,
+        lambda w, n: progress(f"built the reference world {w.label()} ({n}/{len(missing)})"),
+    )
 
 
 def each(
@@ -176,11 +198,6 @@ def each(
             yield world, kept
 
 
-def _run_in(settings: Settings, world: World, work: Callable[[Settings], T]) -> T:
-    with opened(settings, world) as kept:
-        return work(kept)
-
-
 def map_each(
     settings: Settings,
     work: Callable[[Settings], T],
@@ -188,15 +205,13 @@ def map_each(
     *,
     progress: Progress = quiet,
 ) -> list[tuple[World, T]]:
-    """work(world) for each world, BUILD_PROCESSES worlds at a time (each in a process of its own; work must be
-    picklable: a module's function or a partial of one), in the worlds' order. One at a time where this process
-    may have no children."""
-    build_missing(settings, worlds, progress=progress)
-    if len(worlds) < 2 or multiprocessing.current_process().daemon:
+    """work(world) for each world, in the worlds' order, BUILD_PROCESSES worlds at a time (a missing one built
+    first in its process); one at a time where this process may have no children."""
+    if len(worlds) < 2 or _no_children():
         return [(world, work(kept)) for world, kept in each(settings, worlds, progress=progress)]
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(BUILD_PROCESSES, mp_context=spawn) as pool:
-        futures = {pool.submit(_run_in, settings, w, work): w for w in worlds}
-        for n, done in enumerate(as_completed(futures), 1):
-            progress(f"done in the reference world {futures[done].label()} ({n}/{len(worlds)})")
-        return [(futures[f], f.result()) for f in futures]
+    if missing := len(worlds) - len(built(settings, worlds)):
+        progress(f"building {missing} missing reference worlds as they are first read (once)")
+    results = _in_processes(
+        settings, worlds, work, lambda w, n: progress(f"done in the reference world {w.label()} ({n}/{len(worlds)})")
+    )
+    return list(zip(worlds, results, strict=True))

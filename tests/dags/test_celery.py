@@ -27,7 +27,15 @@ from tests.dags.test_real_deployment import (
     deployment_env,
 )
 
-EVAL_CONF = {"limit": 3, "shards": 2, "languages": ["zh"], "complexities": ["plain"], "name": "celery-test"}
+# the wiring is tested here (semantic accuracy: tests/pipeline/test_pipeline.py; the form's defaults: test_dags.py)
+EVAL_CONF = {
+    "limit": 3,
+    "shards": 2,
+    "languages": ["zh"],
+    "complexities": ["plain"],
+    "name": "celery-test",
+    "reference_worlds": False,
+}
 GPU_DAGS = ("agent_eval", "agent_eval_snapshot", "model_quantize")
 # scripts/airflow names each worker <queue>@<host>, and each task instance records the worker's name
 GPU_WORKER, DEFAULT_WORKER = f"gpu@{socket.gethostname()}", f"default@{socket.gethostname()}"

@@ -27,7 +27,15 @@ from tests.pipeline.cdp import Browser
 from tests.sync.helpers import content_fingerprint
 
 SCRIPT = PROJECT_ROOT / "scripts" / "airflow"
-EVAL_CONF = {"limit": 3, "shards": 2, "languages": ["zh"], "complexities": ["plain"], "name": "real-test"}
+# the wiring is tested here (semantic accuracy: tests/pipeline/test_pipeline.py; the form's defaults: test_dags.py)
+EVAL_CONF = {
+    "limit": 3,
+    "shards": 2,
+    "languages": ["zh"],
+    "complexities": ["plain"],
+    "name": "real-test",
+    "reference_worlds": False,
+}
 
 
 @dataclass

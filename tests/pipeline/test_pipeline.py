@@ -212,7 +212,7 @@ def test_extra_calls_agent_keeps_accuracy_but_loses_process_scores(synced: SyncR
 
 
 def test_killed_shard_resumes_and_every_instance_is_scored_once(synced: SyncReport, generated: Settings) -> None:
-    config = RunConfig(name="kill", agent="gold", concurrency=2, shards=1)
+    config = RunConfig(name="kill", agent="gold", concurrency=2, shards=1, reference_worlds=False)
     run_id = plan_run(generated, config)
     planned = len(store.load_run(generated, run_id)[3])
     env = {

@@ -120,7 +120,8 @@ def test_traps_exist(prod: psycopg.Connection) -> None:
     )
     assert _one(prod, "select count(*) from his.t_lab_result where bgzt = 'C'") > 0
     assert _one(prod, "select count(*) from his.t_med_order where zfbz = 1") > 0
-    assert _one(prod, "select count(*) from his.t_zy_visit where visit_type = 'ZY' and cyrq is null") > 0
+    # (a stay still open at production's own "now" is chance in the small world, about 3 expected; the eval
+    # DB's open stays are the states at its "now", held for every key in tests/sync/test_world_near_now.py)
     assert _one(prod, "select count(*) from his.t_zy_visit where ksdm = '0199'") > 0
     assert (
         _one(

@@ -39,6 +39,7 @@ def test_evalpkg_run_with_a_vllm_worker_scores_100_percent(
         "--concurrency",
         "4",
         "--no-track",
+        "--no-reference-worlds",  # the workers are tested here; semantic accuracy in tests/pipeline/test_pipeline.py
     ]
     t0 = time.monotonic()
     done = subprocess.run(command, env=cli_env(generated, bin_dir), capture_output=True, text=True, timeout=600)
@@ -71,7 +72,13 @@ def test_a_worker_that_dies_mid_shard_fails_it_and_a_rerun_records_the_rest_once
     monkeypatch.setenv("PATH", path_with(bin_dir))
     monkeypatch.setenv("FAKE_VLLM_CRASH_AFTER", "25")  # a few dialogues' worth of chat requests
     config = RunConfig(
-        name="vllm-crash", worker="vllm", model_path=str(model_dir), limit=10, complexities=["plain"], concurrency=3
+        name="vllm-crash",
+        worker="vllm",
+        model_path=str(model_dir),
+        limit=10,
+        complexities=["plain"],
+        concurrency=3,
+        reference_worlds=False,
     )
     run_id = plan_run(generated, config)
     with pytest.raises(ServiceError) as failed:

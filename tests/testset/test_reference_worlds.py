@@ -116,3 +116,20 @@ def test_reselect_caps_tasks_per_template_and_adds_the_templates_new_in_its_rele
     capped = [why for why in plan.changes.removed.values() if why.startswith("at most 2 tasks per template")]
     assert capped  # the flawed templates had more usable tasks than two
     assert "2 tasks from 1 templates new in this release" in plan.summary()
+
+
+def test_reselect_removes_the_tasks_of_a_template_that_left_with_its_reason(
+    synced: SyncReport, generated: Settings, flawed_tasks: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone, why = "ts-monthly_admissions_dept_year", "a month's count is spread over a year by the date shift"
+    templates = load_templates()
+    marked = [t.model_copy(update={"left": why}) if f"ts-{t.id}" == gone else t for t in templates.templates]
+    monkeypatch.setattr(reselect_module, "load_templates", lambda: templates.model_copy(update={"templates": marked}))
+    local = generated.model_copy(update={"tasks_dir": flawed_tasks})
+    before = [t.id for t in release.load(flawed_tasks, "v1").tasks if _family(t) == gone]
+    rel, plan = reselect(local, "v1", reference=SMALL[:1])
+
+    assert before and not [t for t in rel.tasks if _family(t) == gone]
+    assert all(plan.changes.removed[i] == f"template {gone[3:]} left the test set: {why}" for i in before), [
+        plan.changes.removed.get(i) for i in before
+    ]
