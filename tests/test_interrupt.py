@@ -108,8 +108,9 @@ def one_error_line(stderr: list[str], progress: tuple[str, ...] = ()) -> str:
 
 
 def cli_env(settings: Settings, state: Path, **extra: str) -> dict[str, str]:
-    """The session's cluster as an external server."""
-    return {"EVALPKG_PG_URL": settings.admin_url, "EVALPKG_STATE_DIR": str(state), **extra}
+    """The session's cluster as an external server, and the session's reference worlds."""
+    worlds_dir = {"EVALPKG_WORLDS_DIR": str(settings.worlds_dir)} if settings.worlds_dir else {}
+    return {"EVALPKG_PG_URL": settings.admin_url, "EVALPKG_STATE_DIR": str(state), **worlds_dir, **extra}
 
 
 # --- `evalpkg sync` -----------------------------------------------------------------------------

@@ -82,14 +82,9 @@ def test_a_record_is_created_the_day_before_the_first_visit(synced: SyncReport, 
 def test_the_synced_world_passes_every_check_near_now(synced: SyncReport, generated: Settings) -> None:
     results = run_dbt(generated, "test", "--select", *CHECKS)
     assert sorted((r.name, r.status) for r in results) == sorted((c, "pass") for c in CHECKS)
-    with connect(generated.db_url(EVAL_DB)) as ev:
-        open_stays, pending = ev.execute(
-            "select (select count(*) from emr.t_zy_visit where visit_type = 'ZY' and cyrq is null), "
-            "(select count(*) from emr.t_lab_result where bgzt = 'F' and report_time is null)"
-        ).fetchone() or (0, 0)
-    # open stays at "now" exist in every key; pending reports are few (turnarounds of hours) and a key may leave
-    # none, so the pending check's bite is shown on data broken on purpose (the cases above), not here
-    assert open_stays > 0, (open_stays, pending)
+    # Open stays at "now" are few in the small world (about 2 expected: 0.3 admissions a day, stays of 9 days) and
+    # pending reports fewer (turnarounds of hours), so a key may leave none of either: each check's bite is shown on
+    # data broken on purpose (the cases below); the tasks that need open stays hold in every reference world.
 
 
 # --- each check fails on the synced world broken on purpose ------------------------------------------
