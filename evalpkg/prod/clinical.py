@@ -133,20 +133,16 @@ def _values(rng: np.random.Generator, pts: Patients, patient: np.ndarray, item: 
     return out
 
 
-def generate_labs(rng: np.random.Generator, pts: Patients, v: Visits, as_of: date) -> Labs:
-    catalog = lab_items()
-    visit_idx, item_list, offsets = _lab_requests(rng, pts, v)
-    visit = np.array(visit_idx, dtype=np.int64)
-    item = np.array(item_list)
-    n = len(item)
-    patient = v.patient[visit]
-    value = _values(rng, pts, patient, item)
-
+def _draw_lab_times(
+    rng: np.random.Generator, v: Visits, visit: np.ndarray, offsets: np.ndarray, as_of: date
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sampled, executed and reported times (reported NaT: not out by the world's end)."""
+    n = len(visit)
     inpatient = v.inpatient[visit]
-    day = v.admitted[visit].astype("datetime64[D]") + np.array(offsets).astype("timedelta64[D]")
+    day = v.admitted[visit].astype("datetime64[D]") + offsets.astype("timedelta64[D]")
     morning = rng.uniform(5.5, 8.0, n) * 3600
     sampled = np.where(
-        inpatient & (np.array(offsets) > 0),
+        inpatient & (offsets > 0),
         day.astype("datetime64[s]") + morning.astype("timedelta64[s]"),
         v.admitted[visit] + (rng.uniform(0.2, 3, n) * 3600).astype("timedelta64[s]"),
     )
@@ -159,17 +155,51 @@ def generate_labs(rng: np.random.Generator, pts: Patients, v: Visits, as_of: dat
     # MAX_REPORT_WAIT_H, only labs executed in the last 7 days can (data dictionary, report_time).
     end = np.datetime64(as_of, "s") + np.timedelta64(86399, "s")
     reported = np.where(reported > end, np.datetime64("NaT"), reported)
+    return sampled, executed, reported
 
+
+def _catalog_columns(item: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's digits, unit, reference low and high, as the lab catalog gives them."""
+    catalog = lab_items()
     digits = np.array([catalog[x]["digits"] for x in item])
     unit = np.array([catalog[x]["unit"] for x in item], dtype=object)
     low = np.array([catalog[x]["low"] for x in item], dtype=float)
     high = np.array([catalog[x]["high"] for x in item], dtype=float)
+    return digits, unit, low, high
+
+
+def _draw_legacy_glucose(rng: np.random.Generator, item: np.ndarray, sampled: np.ndarray) -> np.ndarray:
+    """Glucose rows reported in mg/dL: sampled before the switch, or transcribed from an outside report."""
+    glu = lab_items()["GLU"]
+    before_switch = sampled.astype("datetime64[D]") <= np.datetime64(glu["legacy_until"])
+    outside = rng.random(len(item)) < glu["outside_legacy_share"]
+    legacy: np.ndarray = (item == "GLU") & (before_switch | outside)
+    return legacy
+
+
+def _ref_ranges(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """'low-high', or '<high' where there is no lower bound."""
+    ranges: np.ndarray = np.where(
+        low <= 0,
+        np.char.add("<", np.char.mod("%g", high)),
+        np.char.add(np.char.add(np.char.mod("%g", low), "-"), np.char.mod("%g", high)),
+    )
+    return ranges
+
+
+def generate_labs(rng: np.random.Generator, pts: Patients, v: Visits, as_of: date) -> Labs:
+    visit_idx, item_list, offsets = _lab_requests(rng, pts, v)
+    visit = np.array(visit_idx, dtype=np.int64)
+    item = np.array(item_list)
+    n = len(item)
+    value = _values(rng, pts, v.patient[visit], item)
+    sampled, executed, reported = _draw_lab_times(rng, v, visit, np.array(offsets), as_of)
+
+    digits, unit, low, high = _catalog_columns(item)
     # Glucose was reported in mg/dL until the switch, and results transcribed from outside reports
     # still are; the unit column is the only hint (data dictionary, t_lab_result.unit).
-    glu = catalog["GLU"]
-    before_switch = sampled.astype("datetime64[D]") <= np.datetime64(glu["legacy_until"])
-    outside = rng.random(n) < glu["outside_legacy_share"]
-    legacy = (item == "GLU") & (before_switch | outside)
+    legacy = _draw_legacy_glucose(rng, item, sampled)
+    glu = lab_items()["GLU"]
     factor = glu["legacy_factor"]
     value = np.where(legacy, value * factor, value)
     low, high = np.where(legacy, low * factor, low), np.where(legacy, high * factor, high)
@@ -181,11 +211,6 @@ def generate_labs(rng: np.random.Generator, pts: Patients, v: Visits, as_of: dat
     value = np.where(cancelled, value * rng.choice(np.array([0.5, 1.6, 2.2]), n), value)
     value = np.round(value * 10.0**digits) / 10.0**digits
 
-    ref_range = np.where(
-        low <= 0,
-        np.char.add("<", np.char.mod("%g", high)),
-        np.char.add(np.char.add(np.char.mod("%g", low), "-"), np.char.mod("%g", high)),
-    )
     flag = np.where(value > high, "H", np.where(value < low, "L", "N")).astype(object)
     rejected = rng.random(n) < 0.015
     value[rejected] = np.nan
@@ -196,7 +221,7 @@ def generate_labs(rng: np.random.Generator, pts: Patients, v: Visits, as_of: dat
         item=item,
         value=value,
         unit=unit,
-        ref_range=ref_range,
+        ref_range=_ref_ranges(low, high),
         flag=flag,
         cancelled=cancelled,
         note=note,

@@ -47,19 +47,9 @@ def _id_card(region: str, birth: np.datetime64, seq: int) -> str:
     return body + check
 
 
-def generate_patients(rng: np.random.Generator, n: int, as_of: date) -> Patients:
-    ref = reference()
-    child = rng.random(n) < 0.12
-    age = np.where(child, rng.uniform(0.1, 14, n), np.clip(rng.normal(56, 18, n), 15, 103))
-    as_of_d = np.datetime64(as_of, "D")
-    birth = as_of_d - (age * 365.25).astype("timedelta64[D]")
-    sex = rng.choice(np.array([1, 2, 0, 9]), n, p=[0.485, 0.495, 0.01, 0.01])
-    marital = np.where(
-        age < 22,
-        10,
-        rng.choice(np.array([10, 20, 30, 40, 90]), n, p=[0.12, 0.72, 0.07, 0.05, 0.04]),
-    )
-
+def _draw_conditions(rng: np.random.Generator, age: np.ndarray, sex: np.ndarray, child: np.ndarray) -> np.ndarray:
+    """bool [n, n_conditions]: prevalence by age and sex; cardiometabolic ones share one latent risk."""
+    n = len(age)
     risk = rng.normal(0, 1, n)
     conds = conditions()
     has = np.zeros((n, len(conds)), dtype=bool)
@@ -76,35 +66,80 @@ def generate_patients(rng: np.random.Generator, n: int, as_of: date) -> Patients
         if c["key"] not in {"uri", "pneumonia"}:
             p = np.where(child, p * 0.05, p)
         has[:, j] = rng.random(n) < p
+    return has
 
-    t2dm = has[:, [c["key"] for c in conds].index("t2dm")]
-    hba1c = np.where(
+
+def _draw_hba1c_levels(rng: np.random.Generator, has: np.ndarray) -> np.ndarray:
+    """Each patient's own HbA1c mean (%): diabetic or normal."""
+    n = len(has)
+    t2dm = has[:, [c["key"] for c in conditions()].index("t2dm")]
+    levels: np.ndarray = np.where(
         t2dm,
         np.clip(rng.normal(7.6, 1.2, n), 5.8, 13.5),
         np.clip(rng.normal(5.4, 0.3, n), 4.2, 6.2),
     )
-    anticoag = rng.choice(np.array([0, 1, 2]), n, p=[0.38, 0.32, 0.30])
+    return levels
 
+
+def _draw_patient_ids(rng: np.random.Generator, n: int) -> np.ndarray:
     ids = rng.choice(900_000_000, size=n, replace=False) + 100_000_000
-    patient_id = np.char.add("1", ids.astype(str))
-    surnames, given = ref["surnames"], ref["given_chars"]
+    patient_id: np.ndarray = np.char.add("1", ids.astype(str))
+    return patient_id
+
+
+def _draw_names(rng: np.random.Generator, n: int) -> list[str]:
+    """A surname and one or two given characters."""
+    surnames, given = reference()["surnames"], reference()["given_chars"]
     s_idx = rng.integers(0, len(surnames), n)
     g_len = rng.choice(np.array([1, 2]), n, p=[0.3, 0.7])
     g_idx = rng.integers(0, len(given), (n, 2))
-    names = [surnames[s_idx[i]] + "".join(given[g] for g in g_idx[i, : g_len[i]]) for i in range(n)]
-    regions = ref["regions"]
-    r_idx = rng.integers(0, len(regions), n)
-    seq = rng.integers(0, 1000, n)
-    id_cards = [_id_card(regions[r_idx[i]]["code"], birth[i], int(seq[i])) for i in range(n)]
-    phones = np.char.add(
+    return [surnames[s_idx[i]] + "".join(given[g] for g in g_idx[i, : g_len[i]]) for i in range(n)]
+
+
+def _draw_id_cards(rng: np.random.Generator, region_codes: list[str], birth: np.ndarray) -> list[str]:
+    seq = rng.integers(0, 1000, len(region_codes))
+    return [_id_card(code, birth[i], int(seq[i])) for i, code in enumerate(region_codes)]
+
+
+def _draw_phones(rng: np.random.Generator, n: int) -> list[str]:
+    phones: list[str] = np.char.add(
         rng.choice(np.array(["13", "15", "17", "18", "19"]), n),
         rng.integers(100_000_000, 999_999_999, n).astype(str),
     ).tolist()
-    streets = ref["streets"]
+    return phones
+
+
+def _draw_addresses(rng: np.random.Generator, region_names: list[str]) -> list[str]:
+    n = len(region_names)
+    streets = reference()["streets"]
     st_idx = rng.integers(0, len(streets), n)
     house = rng.integers(1, 999, n)
     unit = rng.integers(1, 30, n)
-    addresses = [f"{regions[r_idx[i]]['name']}{streets[st_idx[i]]}{house[i]}号{unit[i]}单元" for i in range(n)]
+    return [f"{region}{streets[st_idx[i]]}{house[i]}号{unit[i]}单元" for i, region in enumerate(region_names)]
+
+
+def generate_patients(rng: np.random.Generator, n: int, as_of: date) -> Patients:
+    child = rng.random(n) < 0.12
+    age = np.where(child, rng.uniform(0.1, 14, n), np.clip(rng.normal(56, 18, n), 15, 103))
+    birth = np.datetime64(as_of, "D") - (age * 365.25).astype("timedelta64[D]")
+    sex = rng.choice(np.array([1, 2, 0, 9]), n, p=[0.485, 0.495, 0.01, 0.01])
+    marital = np.where(
+        age < 22,
+        10,
+        rng.choice(np.array([10, 20, 30, 40, 90]), n, p=[0.12, 0.72, 0.07, 0.05, 0.04]),
+    )
+    has = _draw_conditions(rng, age, sex, child)
+    hba1c = _draw_hba1c_levels(rng, has)
+    anticoag = rng.choice(np.array([0, 1, 2]), n, p=[0.38, 0.32, 0.30])
+
+    # Identifiers and contact details; the region is drawn once for both the ID card and the address.
+    patient_id = _draw_patient_ids(rng, n)
+    names = _draw_names(rng, n)
+    regions = reference()["regions"]
+    region = [regions[r] for r in rng.integers(0, len(regions), n)]
+    id_cards = _draw_id_cards(rng, [r["code"] for r in region], birth)
+    phones = _draw_phones(rng, n)
+    addresses = _draw_addresses(rng, [r["name"] for r in region])
     return Patients(
         patient_id=patient_id,
         name=names,
