@@ -71,6 +71,52 @@ def _with_ci(m: dict[str, float], key: str) -> str:
     return f"{m[key]:.3f} [{m[key + '_ci_low']:.3f}, {m[key + '_ci_high']:.3f}]"
 
 
+def _group_rows(table: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """A row per task type, difficulty and complexity: its main measures, and over repeats their CIs."""
+    repeated = REPEAT_MEASURES if table.get("overall", {}).get("repeats", 1) > 1 else ()  # one repeat: accuracy
+    return [
+        {
+            "group": g,
+            **{
+                k: v
+                for k, v in m.items()
+                if k in ("instances", "accuracy", "exec_match", "avg_tool_calls", "expected_call_recall")
+            },
+            **{k: _with_ci(m, k) for k in repeated},
+        }
+        for g, m in table.items()
+        if g.startswith(("type.", "difficulty.", "complexity."))
+    ]
+
+
+def _trajectory_chunks(
+    ordered: list[InstanceScore], trajectories: list[Trajectory], files: dict[str, str]
+) -> dict[str, int]:
+    """Write the trajectories' drill-downs into `files` in chunks; returns instance id -> its chunk."""
+    by_id = {t.instance_id: t for t in trajectories}
+    chunk_of: dict[str, int] = {}
+    for i, views in enumerate(chunked([trajectory_view(s, by_id.get(s.instance_id)) for s in ordered])):
+        files[chunk_name(i)] = chunk_script(i, views)
+        chunk_of |= dict.fromkeys((v.instance_id for v in views), i)
+    return chunk_of
+
+
+def _coincidental_section(scores: list[InstanceScore], overall: dict[str, float], files: dict[str, str]) -> str:
+    """The correct instances whose match holds on the snapshot only, not in every reference world."""
+    coincidental = [
+        {"instance": s.instance_id, "type": s.type, "misses in": "; ".join(s.world_misses)}
+        for s in scores
+        if s.correct and s.world_misses
+    ]
+    return (
+        "<p>Not measured: the run scored its snapshot only (<code>--no-reference-worlds</code>).</p>"
+        if "semantic_accuracy" not in overall
+        else _long_table("coincidental", coincidental, files)
+        if coincidental
+        else "<p>None: every match on the snapshot also matches in every reference world.</p>"
+    )
+
+
 def write_report(
     path: Path,
     run_id: str,
@@ -84,53 +130,24 @@ def write_report(
     """Write the page at `path` and its files in `<stem>_files/` beside it. `assignment` (failed instance
     id -> its error cluster, as scoring made them) lets the table filter by error cluster."""
     overall = table.get("overall", {})
-    repeated = REPEAT_MEASURES if overall.get("repeats", 1) > 1 else ()  # with one repeat they are the accuracy
-    groups = [
-        {
-            "group": g,
-            **{
-                k: v
-                for k, v in m.items()
-                if k in ("instances", "accuracy", "exec_match", "avg_tool_calls", "expected_call_recall")
-            },
-            **{k: _with_ci(m, k) for k in repeated},
-        }
-        for g, m in table.items()
-        if g.startswith(("type.", "difficulty.", "complexity."))
-    ]
     ordered = sorted(scores, key=lambda s: (s.correct, s.instance_id))  # the failures first
-    by_id = {t.instance_id: t for t in trajectories}
     files: dict[str, str] = {}
-    chunk_of: dict[str, int] = {}
-    for i, views in enumerate(chunked([trajectory_view(s, by_id.get(s.instance_id)) for s in ordered])):
-        files[chunk_name(i)] = chunk_script(i, views)
-        chunk_of |= dict.fromkeys((v.instance_id for v in views), i)
-    cluster_rows = [
-        {"cluster": c.cluster, "size": c.size, "name": c.name, "examples": ", ".join(c.examples)} for c in clusters
-    ]
-    coincidental = [
-        {"instance": s.instance_id, "type": s.type, "misses in": "; ".join(s.world_misses)}
-        for s in scores
-        if s.correct and s.world_misses
-    ]
-    semantic = (
-        "<p>Not measured: the run scored its snapshot only (<code>--no-reference-worlds</code>).</p>"
-        if "semantic_accuracy" not in overall
-        else _long_table("coincidental", coincidental, files)
-        if coincidental
-        else "<p>None: every match on the snapshot also matches in every reference world.</p>"
-    )
+    chunk_of = _trajectory_chunks(ordered, trajectories, files)
+    semantic = _coincidental_section(scores, overall, files)
     state = _state_section(scores, files)
     folder = digest(files)  # every file is written by now: the folder's name says what it holds
     index = instance_table(ordered, chunk_of, clusters, assignment)
     index.files = f"{files_folder(path).name}/{folder}"
+    cluster_rows = [
+        {"cluster": c.cluster, "size": c.size, "name": c.name, "examples": ", ".join(c.examples)} for c in clusters
+    ]
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>EMR agent run {html.escape(run_id)}</title>
 <style>{(ASSETS / "report.css").read_text(encoding="utf-8")}</style></head><body>
 <h1>Run {html.escape(run_id)}</h1>
 {headline(config, table, clusters)}
 <h2>Every measure</h2>{_table([{k: v for k, v in overall.items()}])}
 <h2>Plots</h2>{"".join(plots(scores, clusters))}
-<h2>By type, difficulty and complexity</h2>{_table(groups)}
+<h2>By type, difficulty and complexity</h2>{_table(_group_rows(table))}
 <h2>Matches on the snapshot only (coincidental)</h2>{semantic}
 <h2>Dialogue state</h2>{state}
 <h2>Follow-up dialogues</h2>{_followup_section(scores, files)}
