@@ -33,10 +33,10 @@ def refresh(
 ) -> None:
     """Mine a month of query tickets into the review queue (idempotent): each a task with outputs, answer
     points and tags, its wordings drafted (by the model at --endpoint, else from the ticket) for review."""
-    from evalpkg.testset.refresh import MONTH_RE
+    from evalpkg.grading.periods import MONTH
     from evalpkg.testset.refresh import refresh as run
 
-    if not MONTH_RE.match(month):
+    if not MONTH.fullmatch(month):
         raise UsageError(f"--month: must be YYYY-MM (month 01..12), got {month!r}")
     if (endpoint is None) != (model is None):
         raise UsageError("--endpoint and --model: give both (the drafting model) or neither")

@@ -50,8 +50,9 @@ class SyncError(EvalpkgError):
     """The de-identifying sync (dbt build or its validation) failed."""
 
 
-class SqlParseError(EvalpkgError):
-    """SQL text (a gold, a ticket, an agent's query) is not exactly one statement that parses as PostgreSQL."""
+class SqlParseError(QueryError):
+    """SQL text (a gold, a ticket, an agent's query) is not exactly one statement that parses as PostgreSQL:
+    a query refused before it ran, so `except QueryError` catches it with the others."""
 
 
 def one_line(text: str) -> str:

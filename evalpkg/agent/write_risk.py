@@ -9,8 +9,10 @@ import json
 from typing import Any
 
 import psycopg
-import sqlglot
 from sqlglot import exp
+
+from evalpkg.errors import SqlParseError
+from evalpkg.sql.parse import DIALECT, parse_statement
 
 DEFAULT_MAX_ROWS = 100
 
@@ -27,12 +29,11 @@ def _tautology(where: exp.Expression) -> bool:
 def assess(sql: str, conn: psycopg.Connection, max_rows: int = DEFAULT_MAX_ROWS) -> dict[str, Any]:
     """{"allowed": bool, "estimated_rows": int | None, "reasons": [...]}; never runs the write."""
     try:
-        statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
-    except sqlglot.errors.SqlglotError as exc:
-        return {"allowed": False, "estimated_rows": None, "reasons": [f"does not parse: {str(exc)[:150]}"]}
-    if len(statements) != 1 or not isinstance(statements[0], exp.Update | exp.Delete):
+        stmt = parse_statement(sql)
+    except SqlParseError as exc:
+        return {"allowed": False, "estimated_rows": None, "reasons": [str(exc)]}
+    if not isinstance(stmt, exp.Update | exp.Delete):
         return {"allowed": False, "estimated_rows": None, "reasons": ["only one UPDATE or DELETE is assessed"]}
-    stmt = statements[0]
     reasons = []
     where = stmt.args.get("where")
     if where is None:
@@ -47,7 +48,7 @@ def assess(sql: str, conn: psycopg.Connection, max_rows: int = DEFAULT_MAX_ROWS)
     try:
         with conn.transaction():
             conn.execute("set transaction read only")
-            plan = conn.execute(f"explain (format json) {probe.sql(dialect='postgres')}").fetchone()
+            plan = conn.execute(f"explain (format json) {probe.sql(dialect=DIALECT)}").fetchone()
         if plan:
             doc = plan[0] if isinstance(plan[0], list) else json.loads(plan[0])
             estimated = int(doc[0]["Plan"]["Plan Rows"])

@@ -49,12 +49,12 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-import sqlglot
-
+from evalpkg.errors import SqlParseError
 from evalpkg.grading.columns import Column, columns_of, compatible, plausible
 from evalpkg.grading.matching import find_assignment, rows_equal
 from evalpkg.grading.values import Row
 from evalpkg.sql.order import order_targets
+from evalpkg.sql.parse import parse_statement
 
 COMPARATOR_VERSION = 11
 
@@ -90,8 +90,8 @@ def order_key_columns(gold_sql: str, columns: list[str]) -> list[int] | None:
     """Output positions the gold's final ORDER BY sorts on (None: cannot tell, or it sorts on something
     no output is); read by ties.order_targets, as the tie rules read it."""
     try:
-        tree = sqlglot.parse_one(gold_sql, dialect="postgres")
-    except sqlglot.errors.SqlglotError:
+        tree = parse_statement(gold_sql)
+    except SqlParseError:
         return None
     if tree.args.get("order") is None:
         return None

@@ -12,20 +12,17 @@ The values are still compared: the labels only say which row is which."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from itertools import chain
 from typing import Any
 
 from evalpkg.grading.labels import Labels, label_key, label_text
-from evalpkg.grading.periods import one_year
+from evalpkg.grading.periods import CALENDAR_NAME, QUARTER_START, one_year
 from evalpkg.grading.summary import is_total_label
 
 Rows = Sequence[Sequence[Any]]
 MAX_DISTINCT = 200  # a column of more distinct labels is an identifier, not a grouping
 _UNNAMED = object()
-_QUARTER_START = re.compile(r"(\d{4})-(01|04|07|10)")
-_PERIOD_NAME = re.compile(r"year|quarter|month|年|季|月", re.IGNORECASE)
 
 
 def relabelled(
@@ -82,12 +79,12 @@ def _is_label_column(values: list[Any], name: str) -> bool:
         return False
     if all(isinstance(v, str) for v in present):
         return True
-    return bool(_PERIOD_NAME.search(name)) and all(type(v) is int for v in present)
+    return bool(CALENDAR_NAME.search(name)) and all(type(v) is int for v in present)
 
 
 def _other_names(label: str, column: str) -> list[str]:
     """A quarter written as its first month in a column named for quarters also names the quarter."""
-    if "quarter" in column.lower() and (m := _QUARTER_START.fullmatch(label)):
+    if "quarter" in column.lower() and (m := QUARTER_START.fullmatch(label)):
         return [f"{m[1]}-Q{(int(m[2]) + 2) // 3}"]
     return []
 

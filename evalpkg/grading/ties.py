@@ -17,15 +17,15 @@ from functools import cache
 from itertools import combinations
 from typing import Any
 
-import sqlglot
 from sqlglot import exp
 
+from evalpkg.errors import SqlParseError
 from evalpkg.grading.comparator import tie_groups
+from evalpkg.grading.periods import TIME_NAME, TIME_VALUE
 from evalpkg.sql.order import order_targets
+from evalpkg.sql.parse import DIALECT, parse_statement
 
 HIDDEN = "evalpkg_order_key_"
-_PERIOD = re.compile(r"(19|20)\d\d(-\d\d)?(-\d\d)?( |T|$)|(19|20)\d\d-?Q\d")
-_TIME_NAME = re.compile(r"year|month|quarter|week|date|day|time|rq$|sj$|period|年|月|季", re.IGNORECASE)
 _ID_NAME = re.compile(r"(^|[._])(id|\w*_id|\w*dm|\w*code|\w*mc|\w*mc_en|name|no)$", re.IGNORECASE)
 MAX_TIE_CHOICES = 64  # beyond this many ways to fill a cut tie, only the gold's own choice is accepted
 Rows = list[list[Any]]
@@ -44,7 +44,7 @@ class Keyed:
 
     @property
     def sql(self) -> str:
-        return self.tree.sql(dialect="postgres")
+        return self.tree.sql(dialect=DIALECT)
 
     def with_ties(self, significant: int) -> str:
         """The rewrite sorted on its first `significant` keys only, every row tied at the LIMIT kept."""
@@ -57,7 +57,7 @@ class Keyed:
             limit_options=exp.LimitOptions(rows=True, with_ties=True),
         )
         tree.set("limit", fetch)
-        return tree.sql(dialect="postgres")
+        return tree.sql(dialect=DIALECT)
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,8 @@ def keyed(sql: str, columns: list[str]) -> Keyed | None:
     """The rewrite, or None where there is no ORDER BY or it cannot be read (then the caller keeps the
     gold as it is)."""
     try:
-        tree = sqlglot.parse_one(sql, dialect="postgres")
-    except sqlglot.errors.SqlglotError:
+        tree = parse_statement(sql)
+    except SqlParseError:
         return None
     order = tree.args.get("order")
     if order is None or not isinstance(tree, exp.Select) or any(isinstance(e, exp.Star) for e in tree.expressions):
@@ -81,7 +81,7 @@ def keyed(sql: str, columns: list[str]) -> Keyed | None:
     keys, hidden = order_keys(tree, [c.lower() for c in columns], HIDDEN)
     if not all(0 <= k < len(columns) + len(hidden) for k in keys):
         return None
-    names = [columns[k] if k < len(columns) else hidden[k - len(columns)].this.sql(dialect="postgres") for k in keys]
+    names = [columns[k] if k < len(columns) else hidden[k - len(columns)].this.sql(dialect=DIALECT) for k in keys]
     rewritten = tree.copy()
     rewritten.set("expressions", [*rewritten.expressions, *hidden])
     limit = _limit(tree)
@@ -121,8 +121,8 @@ def _limit(tree: exp.Select) -> int | None:
 def has_limit(sql: str) -> bool:
     """Whether the query keeps only its first rows (LIMIT / FETCH FIRST): a top N."""
     try:
-        tree = sqlglot.parse_one(sql, read="postgres")
-    except sqlglot.errors.ParseError:
+        tree = parse_statement(sql)
+    except SqlParseError:
         return True  # unknown: keep every row the prediction has
     return isinstance(tree, exp.Query) and tree.args.get("limit") is not None
 
@@ -138,12 +138,12 @@ def significant_keys(names: list[str], values: list[list[Any]]) -> int:
 
 
 def _tie_breaker(name: str, values: list[Any]) -> bool:
-    if _TIME_NAME.search(name):
+    if TIME_NAME.search(name):
         return False
     if _ID_NAME.search(name):
         return True
     texts = [v for v in values if v is not None]
-    return all(isinstance(v, str) for v in texts) and not any(_PERIOD.match(v) for v in texts)
+    return all(isinstance(v, str) for v in texts) and not any(TIME_VALUE.match(v) for v in texts)
 
 
 def acceptable(gold_rows: Rows, width: int, rewrite: Keyed, run: Callable[[str], Rows]) -> list[Ordered] | None:

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from evalpkg.grading.periods import FIRST_OF_MONTH
+
 MAX_DECIMALS = 10  # a number written with more decimals was not rounded
 UNROUNDED = MAX_DECIMALS + 1
 NOISE = 1e-9  # absolute: what float summation leaves where the exact value is an integer
@@ -37,7 +39,6 @@ class Marker:
 
 NULL, FALSE, TRUE, NAN, NEG_INF, POS_INF = map(Marker, ("NULL", "false", "true", "NaN", "-inf", "inf"))
 BOOL_WORDS = {"t": TRUE, "true": TRUE, "f": FALSE, "false": FALSE}
-FIRST_OF_MONTH = re.compile(r"(\d{4})-(0[1-9]|1[0-2])-01(?:[ T]00:00(?::00(?:\.0+)?)?(?:Z|[+-]\d\d(?::?\d\d)?)?)?")
 SPACE = re.compile(r"\s")
 nfkc = partial(unicodedata.normalize, "NFKC")
 

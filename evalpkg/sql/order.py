@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from evalpkg.sql.parse import DIALECT
+
 
 def order_targets(tree: exp.Expr, outputs: list[str]) -> list[int | None]:
     """For each ORDER BY item, the output column it sorts on (by position; a bare output name, which means
@@ -12,7 +14,7 @@ def order_targets(tree: exp.Expr, outputs: list[str]) -> list[int | None]:
     None where it sorts on something no output is. `outputs`: the output names, lower case."""
     select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
     selected = [e.this if isinstance(e, exp.Alias) else e for e in (select.expressions if select else [])]
-    bodies = [e.sql(dialect="postgres") for e in selected]
+    bodies = [e.sql(dialect=DIALECT) for e in selected]
     targets: list[int | None] = []
     for item in tree.args["order"].expressions:
         target = item.this
@@ -20,7 +22,7 @@ def order_targets(tree: exp.Expr, outputs: list[str]) -> list[int | None]:
             targets.append(int(target.this) - 1)
         elif isinstance(target, exp.Column) and not target.table and target.name.lower() in outputs:
             targets.append(outputs.index(target.name.lower()))
-        elif (body := target.sql(dialect="postgres")) in bodies:
+        elif (body := target.sql(dialect=DIALECT)) in bodies:
             targets.append(bodies.index(body))
         else:
             targets.append(_same_column(target, selected))

@@ -20,7 +20,7 @@ from evalpkg.errors import DataError, QueryError
 from evalpkg.grading import ties
 from evalpkg.grading.comparator import match
 from evalpkg.grading.execution import GoldCache, gold_match, prediction_of, rate_columns
-from evalpkg.grading.periods import MONTH_NAMES
+from evalpkg.grading.periods import DAY, MONTH, MONTH_NAMES, TIME_KEY_NAME
 from evalpkg.grading.summary import is_total_label, without_summary_rows
 from evalpkg.progress import Progress, quiet
 from evalpkg.sql.executor import ReadOnlyExecutor, jsonable
@@ -150,7 +150,7 @@ def periods_spelt_out(g: Gold) -> Layout | None:
             return f"Q{v}"
         if type(v) is int and name == "month" and 1 <= v <= 12:
             return MONTH_NAMES[v - 1][:3].title()
-        if isinstance(v, str) and (m := MONTH_LABEL.fullmatch(v)):
+        if isinstance(v, str) and (m := MONTH.fullmatch(v)):
             return f"{MONTH_NAMES[int(m[2]) - 1][:3].title()} {m[1]}"
         return v
 
@@ -187,7 +187,7 @@ def described_total_row(g: Gold) -> Layout | None:
 def _long(g: Gold, label: Callable[[int], str | None]) -> Layout | None:
     """The gold's numeric outputs as (keys..., label, value) rows, one per output and key; None where the
     gold has fewer than two numeric outputs, a key column that is not text, or no label for an output."""
-    measures = [j for j in _ints(g) + _floats(g) if not PERIOD_NAME.search(g.columns[j])]
+    measures = [j for j in _ints(g) + _floats(g) if not TIME_KEY_NAME.search(g.columns[j])]
     keys = [j for j in range(len(g.columns)) if j not in measures]
     names = [label(j) for j in measures]
     if len(measures) < 2 or len(set(names)) < len(names) or None in names:
@@ -239,7 +239,7 @@ def period_series(g: Gold) -> Layout | None:
     """A comparison of two months (each measure as a previous-month and a this-month column: zy_prev,
     zy_this) as a period series: one row per month the task names, one column per measure."""
     month = g.task.provenance.params.get("month")
-    if not isinstance(month, str) or not MONTH_LABEL.fullmatch(month):
+    if not isinstance(month, str) or not MONTH.fullmatch(month):
         return None
     year, number = int(month[:4]), int(month[5:])
     previous = f"{year - 1}-12" if number == 1 else f"{year}-{number - 1:02d}"
@@ -247,7 +247,7 @@ def period_series(g: Gold) -> Layout | None:
     stems = sorted({stem for _, stem in sides.values()})
     keys = [j for j in range(len(g.columns)) if j not in sides]
     cell = {side: j for j, side in sides.items()}
-    if not stems or any(PERIOD_NAME.search(s) for s in stems) or len(cell) != 2 * len(stems):
+    if not stems or any(TIME_KEY_NAME.search(s) for s in stems) or len(cell) != 2 * len(stems):
         return None  # not every measure has both months, or a measure named for a period
     if any(_numeric(g.rows[0][j]) for j in keys):
         return None  # a number that is neither month's (a change) has no place in the series
@@ -281,7 +281,7 @@ def _period_rows(g: Gold, *, swapped: bool) -> Layout | None:
     sides = _period_sides(g)
     stems = sorted({stem for _, stem in sides.values()})
     cell = {side: j for j, side in sides.items()}
-    periods = [j for j in range(len(g.columns)) if j not in sides and PERIOD_NAME.search(g.columns[j])]
+    periods = [j for j in range(len(g.columns)) if j not in sides and TIME_KEY_NAME.search(g.columns[j])]
     if not stems or len(cell) != 2 * len(stems) or len(periods) != 1:
         return None
     keys = [j for j in range(len(g.columns)) if j not in sides and j not in periods]
@@ -305,7 +305,7 @@ def _period_rows(g: Gold, *, swapped: bool) -> Layout | None:
 
 def _period_pair(value: Any, quarters: bool) -> tuple[str, str] | None:
     """The period before this one and this one, written 'YYYY-Qn' (quarters) or 'YYYY-MM'."""
-    if not isinstance(value, str) or not (m := MONTH_LABEL.fullmatch(value)):
+    if not isinstance(value, str) or not (m := MONTH.fullmatch(value)):
         return None
     year, month = int(m[1]), int(m[2])
     if quarters:
@@ -340,7 +340,7 @@ def _label_columns(g: Gold) -> list[int]:
     return [
         j
         for j in _columns_where(g, lambda vs: all(isinstance(v, str) for v in vs) and len(set(vs)) > 1)
-        if not PERIOD_NAME.search(g.columns[j])
+        if not TIME_KEY_NAME.search(g.columns[j])
     ]
 
 
@@ -557,10 +557,7 @@ MUTATIONS: dict[str, Transform] = {
     )
 }
 PERIOD_MOVED = "period_moved"  # the gold's date literals a month later, run on the snapshot
-PERIOD_NAME = re.compile(r"year|quarter|month|week|day|date|period", re.IGNORECASE)  # a key, not a measure
-DATE = re.compile(r"'(\d{4})-(\d\d)-(\d\d)")
-DAY = re.compile(r"\d{4}-\d\d-\d\d")
-MONTH_LABEL = re.compile(r"(\d{4})-(\d\d)")
+DATE_LITERAL = re.compile("'" + DAY.pattern)  # a day as SQL writes it
 
 
 def _month_later(sql: str) -> str | None:
@@ -569,7 +566,7 @@ def _month_later(sql: str) -> str | None:
         year, month = (year + 1, 1) if month == 12 else (year, month + 1)
         return f"'{year:04d}-{month:02d}-{min(int(m[3]), 28):02d}"
 
-    moved = DATE.sub(shift, sql)
+    moved = DATE_LITERAL.sub(shift, sql)
     return moved if moved != sql else None
 
 

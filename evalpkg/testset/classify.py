@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-import sqlglot
 from sqlglot import exp
 
+from evalpkg.sql.parse import parse_statement
 from evalpkg.sql.vocabulary import TIME_COLUMNS
 from evalpkg.testset.models import Difficulty, TaskType
 
@@ -15,7 +15,7 @@ AGG_EN = {"count": "number of", "avg": "average", "sum": "total", "max": "maximu
 
 
 def _tree(sql: str) -> exp.Expr:
-    return sqlglot.parse_one(sql, dialect="postgres")
+    return parse_statement(sql)
 
 
 def columns(sql: str) -> set[str]:

@@ -16,7 +16,7 @@ from typing import Any
 from sqlglot import exp
 
 from evalpkg.grading.ties import order_keys
-from evalpkg.sql.parse import parse_statement
+from evalpkg.sql.parse import DIALECT, parse_statement
 from evalpkg.testset.models import Task
 
 Row = Sequence[Any]
@@ -56,7 +56,7 @@ def order_probe(sql: str) -> OrderProbe | None:
     tree.set("limit", None)
     tree.set("offset", None)
     tree.set("expressions", [*outputs, *extra])
-    return OrderProbe(tree.sql(dialect="postgres"), len(outputs), tuple(keys), limit, offset)
+    return OrderProbe(tree.sql(dialect=DIALECT), len(outputs), tuple(keys), limit, offset)
 
 
 def _tie_groups(rows: Sequence[Row], keys: tuple[int, ...]) -> list[tuple[int, int]]:

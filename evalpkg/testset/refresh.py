@@ -8,7 +8,6 @@ the world and the reason, and the rest are released."""
 
 from __future__ import annotations
 
-import re
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -17,6 +16,7 @@ from typing import Any, Literal
 
 from evalpkg.db import connect
 from evalpkg.errors import ConfigError, DataError, UsageError
+from evalpkg.grading.periods import MONTH
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint, guard
@@ -39,7 +39,6 @@ from evalpkg.testset.review_queue import (
 )
 
 __all__ = ["Candidate", "Decision", "load_queue", "queue_dir", "recover_release", "release_approved", "release_queue"]
-MONTH_RE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 
 
 @dataclass
@@ -67,7 +66,7 @@ class RefreshReport:
 
 
 def _month_bounds(month: str) -> tuple[date, date]:
-    m = MONTH_RE.match(month)
+    m = MONTH.fullmatch(month)
     if not m:
         raise ConfigError(f"--month: {month!r} is not YYYY-MM")
     y, mo = int(m.group(1)), int(m.group(2))

@@ -17,7 +17,6 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-import sqlglot
 from sqlglot import exp
 
 from evalpkg.sql import fingerprint
@@ -87,7 +86,7 @@ def _meaning(node: exp.Expr, meanings: Meanings) -> tuple[str, str]:
 
 def outputs(sql: str, columns: list[str], meanings: Meanings) -> list[Output]:
     """One output per gold result column, named after it and meaning what its expression computes."""
-    select = sqlglot.parse_one(sql, dialect="postgres").find(exp.Select)
+    select = parse_statement(sql).find(exp.Select)
     expressions = list(select.expressions) if select is not None else []
     if len(expressions) != len(columns) or any(isinstance(e, exp.Star) for e in expressions):
         return []  # select *: the columns are the table's; no outputs declared, every column graded

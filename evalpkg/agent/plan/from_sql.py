@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlglot
 from sqlglot import exp
 
 from evalpkg.agent.plan.expressions import NEGATED
 from evalpkg.agent.plan.model import Plan, PlanStep
 from evalpkg.errors import PlanError
+from evalpkg.sql.parse import DIALECT, parse_statement
 
 COMPARISONS: dict[type[exp.Expr], str] = {
     exp.EQ: "=",
@@ -40,7 +40,7 @@ class Untranslatable(PlanError):
 
 
 def plan_from_sql(sql: str) -> Plan:
-    return _plan(sqlglot.parse_one(sql, read="postgres"))
+    return _plan(parse_statement(sql))
 
 
 def _arg(node: exp.Expr, *names: str) -> Any:
@@ -250,7 +250,7 @@ def _function(node: exp.Expr) -> dict[str, Any]:
     if isinstance(node, exp.Exists):
         return {"exists": _plan(node.this, exists=True).model_dump(exclude_defaults=True)}
     if isinstance(node, exp.Subquery):
-        if node.sql(dialect="postgres").lower() == "(select pinned_now from meta.snapshot)":
+        if node.sql(dialect=DIALECT).lower() == "(select pinned_now from meta.snapshot)":
             return {"now": "snapshot"}
         return {"scalar": _plan(node.this).model_dump(exclude_defaults=True)}
     if isinstance(node, exp.Case):
@@ -293,4 +293,4 @@ def _function(node: exp.Expr) -> dict[str, Any]:
         return {"fn": type(node).__name__.lower(), "args": [_expr(node.this), *map(_expr, node.expressions)]}
     if type(node) in FUNCTIONS:
         return {"fn": FUNCTIONS[type(node)], "args": [_expr(node.this)]}
-    raise Untranslatable(f"{type(node).__name__} ({node.sql(dialect='postgres')[:60]})")
+    raise Untranslatable(f"{type(node).__name__} ({node.sql(dialect=DIALECT)[:60]})")

@@ -13,8 +13,8 @@ import pytest
 from evalpkg.db import connect
 from evalpkg.grading.comparator import match
 from evalpkg.grading.cross import period_index
-from evalpkg.grading.labels import Labels, code_pairs, contains, label_key
-from evalpkg.grading.periods import one_year, period_ids
+from evalpkg.grading.labels import Labels, code_pairs, contains
+from evalpkg.grading.periods import one_year
 from evalpkg.grading.pivot import MAX_RELAYOUTS, relayouts
 from evalpkg.settings import EVAL_DB, Settings
 from evalpkg.sql.executor import ReadOnlyExecutor
@@ -248,30 +248,6 @@ def test_nothing_to_pivot_yields_nothing_and_candidates_are_few() -> None:
         relayouts(many, ["month", "a", "b", "c"], wide_gold, [f"2024-{m:02d}" for m in range(1, 13)], [], LABELS)
     )
     assert 0 < len(found) <= MAX_RELAYOUTS
-
-
-@pytest.mark.parametrize(
-    ("text", "year", "expected"),
-    [
-        ("2024-01", None, {"month:2024-01"}),
-        ("January 2024", None, {"month:2024-01"}),
-        ("Jan_2024", None, {"month:2024-01"}),
-        ("2024年1月", None, {"month:2024-01"}),
-        ("2024-01-01", None, {"month:2024-01"}),
-        ("2024-01-01 00:00:00", None, {"month:2024-01"}),
-        ("2024-01-15", None, set()),
-        ("1", "2024", {"month:2024-01"}),
-        ("01", None, {"month:*-01"}),
-        ("1月", "2024", {"month:2024-01"}),
-        ("13", "2024", set()),
-        ("2024-Q3", None, {"quarter:2024-Q3"}),
-        ("Q3", "2024", {"quarter:2024-Q3"}),
-        ("2024年第三季度", None, {"quarter:2024-Q3"}),
-        ("male", None, set()),
-    ],
-)
-def test_period_labels(text: str, year: str | None, expected: set[str]) -> None:
-    assert period_ids(label_key(text), year) == expected
 
 
 def test_label_helpers() -> None:
