@@ -207,6 +207,35 @@ def _model_step(
     return turn, step
 
 
+def _take_step(
+    policy: Policy, toolkit: Toolkit, tools: list[dict[str, Any]], talk: _Conversation, budget: _Budget, index: int
+) -> bool:
+    """One model turn and the tool calls it makes (natively or in its text): True where the dialogue ends."""
+    traj = talk.traj
+    turn, step = _model_step(policy, talk.messages, tools, index)
+    traj.steps.append(step)
+    if turn.error:
+        step.parse_error = turn.error
+        traj.stop_reason = "model_error"
+        return True
+    calls = turn.tool_calls
+    if not calls:
+        action = parse(turn.text)
+        if action.kind == "final":
+            return talk.answered(turn, step, action.text)
+        if action.kind != "tool":
+            return talk.unreadable(turn, step, action.error)
+        calls = [(f"text-{uuid.uuid4().hex[:8]}", action.name, action.arguments or {})]
+        turn.native = False
+    talk.messages.append(_assistant_message(turn, calls))
+    breaker = _run_calls(calls, turn.native, toolkit, budget, step, traj, talk.messages)
+    step.ended_at = now()
+    if breaker:
+        _fall_back(traj, breaker, toolkit, replace_answer=True)
+        return True
+    return False
+
+
 def run_dialogue(
     policy: Policy,
     toolkit: Toolkit,
@@ -242,30 +271,7 @@ def run_dialogue(
         if deadline is not None and time.monotonic() > deadline:
             _fall_back(traj, "timeout", toolkit)
             break
-        turn, step = _model_step(policy, talk.messages, tools, index)
-        traj.steps.append(step)
-        if turn.error:
-            step.parse_error = turn.error
-            traj.stop_reason = "model_error"
-            break
-        calls = turn.tool_calls
-        if not calls:
-            action = parse(turn.text)
-            if action.kind == "final":
-                if talk.answered(turn, step, action.text):
-                    break
-                continue
-            if action.kind != "tool":
-                if talk.unreadable(turn, step, action.error):
-                    break
-                continue
-            calls = [(f"text-{uuid.uuid4().hex[:8]}", action.name, action.arguments or {})]
-            turn.native = False
-        talk.messages.append(_assistant_message(turn, calls))
-        breaker = _run_calls(calls, turn.native, toolkit, budget, step, traj, talk.messages)
-        step.ended_at = now()
-        if breaker:
-            _fall_back(traj, breaker, toolkit, replace_answer=True)
+        if _take_step(policy, toolkit, tools, talk, budget, index):
             break
     else:
         _fall_back(traj, "max_steps", toolkit)

@@ -127,6 +127,15 @@ def _log_breakdown(mlflow: Any, client: Any, reused: str | None, rows: dict[str,
         mlflow.log_artifact(str(path))
 
 
+def _log_artifacts(mlflow: Any, artifacts: list[Path]) -> None:
+    """The files that exist, and folders with their name kept."""
+    for path in artifacts:
+        if path.is_dir():  # the report's trajectories, loaded as a row is opened
+            mlflow.log_artifacts(str(path), path.name)
+        elif path.exists():
+            mlflow.log_artifact(str(path))
+
+
 class Tracker:
     """One evaluation's MLflow parent run, its traces on their way from the moment it is entered (they need
     only the graded answers, so they leave while the answers are scored in the reference worlds, clustered
@@ -231,7 +240,31 @@ class Tracker:
         being written meanwhile); returns the parent run id once every trace reached the server."""
         import mlflow
 
-        config, client, export = self.config, self.client, self.export
+        export = self.export
+        self._log_params_and_tags(mlflow, testset_version, snapshot)
+        mlflow.log_metrics(flat_metrics(table))
+        _log_breakdown(mlflow, self.client, self.reused, breakdown_rows(table))
+        with contextlib.redirect_stdout(sys.stderr):
+            self._log_shards(mlflow, shards)
+        mlflow.set_tags(
+            {
+                TRACES_TAG: f"{len(self.traced)} of {self.trajectories_count}",
+                EXPORT_TAG: "otlp" if export else "span api" if self.traced else "none",
+            }
+        )
+        if export is None:
+            self._log_traces_by_span_api(mlflow)
+        artifacts_ready()
+        _log_artifacts(mlflow, artifacts)
+        if export is not None:
+            export.wait()
+        mlflow.flush_trace_async_logging()
+        return self._check_traces()
+
+    def _log_params_and_tags(self, mlflow: Any, testset_version: str, snapshot: str) -> None:
+        """The run's configuration and versions as params (a reused parent keeps the values it has), and
+        the served models, orchestrator and versions as tags."""
+        config = self.config
         params = config.model_dump(mode="json", exclude={"api_key"})
         params.update(
             testset_version=testset_version,
@@ -242,7 +275,7 @@ class Tracker:
         )
         summary = served_summary(config.served)
         params.update(_served_params(summary))
-        mlflow.log_params(_loggable(client, self.reused, {k: str(v) for k, v in params.items()}))
+        mlflow.log_params(_loggable(self.client, self.reused, {k: str(v) for k, v in params.items()}))
         mlflow.set_tags(
             {
                 **summary,
@@ -251,43 +284,29 @@ class Tracker:
                 FINGERPRINT_TAG: config.fingerprint(),
             }
         )
-        mlflow.log_metrics(flat_metrics(table))
-        _log_breakdown(mlflow, client, self.reused, breakdown_rows(table))
-        with contextlib.redirect_stdout(sys.stderr):
-            for shard, ids in sorted(shards.items()):
-                child_id = self.children.get(shard)
-                with mlflow.start_run(
-                    run_id=child_id,
-                    run_name=None if child_id else f"shard {shard}",
-                    nested=True,
-                    tags={RUN_ID_TAG: self.run_id, SHARD_TAG: str(shard)},
-                ):
-                    mlflow.log_params({"shard": shard, "run_id": self.run_id})  # instances: a metric
-                    if identity := config.served.get(shard):
-                        mlflow.set_tags({SERVED_PREFIX + k: str(v) for k, v in identity.items()})
-                    shard_scores = [self.by_id[i] for i in ids if i in self.by_id]
-                    mlflow.log_metrics(flat_metrics({"overall": summarize(shard_scores)}))
-        mlflow.set_tags(
-            {
-                TRACES_TAG: f"{len(self.traced)} of {self.trajectories_count}",
-                EXPORT_TAG: "otlp" if export else "span api" if self.traced else "none",
-            }
-        )
-        if export is None:
-            for n, traj in enumerate(self.traced, 1):
-                _log_trace(mlflow, traj, self.by_id.get(traj.instance_id))
-                if n % SPAN_API_FLUSH_EVERY == 0:
-                    mlflow.flush_trace_async_logging()
-        artifacts_ready()
-        for path in artifacts:
-            if path.is_dir():  # the report's trajectories, loaded as a row is opened
-                mlflow.log_artifacts(str(path), path.name)
-            elif path.exists():
-                mlflow.log_artifact(str(path))
-        if export is not None:
-            export.wait()
-        mlflow.flush_trace_async_logging()
-        return self._check_traces()
+
+    def _log_shards(self, mlflow: Any, shards: dict[int, list[str]]) -> None:
+        """A child run per shard (the one an earlier attempt left, if any): its served model and measures."""
+        for shard, ids in sorted(shards.items()):
+            child_id = self.children.get(shard)
+            with mlflow.start_run(
+                run_id=child_id,
+                run_name=None if child_id else f"shard {shard}",
+                nested=True,
+                tags={RUN_ID_TAG: self.run_id, SHARD_TAG: str(shard)},
+            ):
+                mlflow.log_params({"shard": shard, "run_id": self.run_id})  # instances: a metric
+                if identity := self.config.served.get(shard):
+                    mlflow.set_tags({SERVED_PREFIX + k: str(v) for k, v in identity.items()})
+                shard_scores = [self.by_id[i] for i in ids if i in self.by_id]
+                mlflow.log_metrics(flat_metrics({"overall": summarize(shard_scores)}))
+
+    def _log_traces_by_span_api(self, mlflow: Any) -> None:
+        """Without an OTLP export: each trace through MLflow's span API, flushed every SPAN_API_FLUSH_EVERY."""
+        for n, traj in enumerate(self.traced, 1):
+            _log_trace(mlflow, traj, self.by_id.get(traj.instance_id))
+            if n % SPAN_API_FLUSH_EVERY == 0:
+                mlflow.flush_trace_async_logging()
 
     def _check_traces(self) -> str:
         """The parent run id, once the server holds every trace for it (else a ServiceError of tracking)."""
