@@ -93,9 +93,6 @@ def review(
     """Record approve/reject decisions (with reviewer and role), or list the queue; --show a candidate,
     --wording to approve (or with --text rewrite) one of its wordings; with --arbitrate, the outcome for a
     task the two annotators disagreed on."""
-    from evalpkg.testset.refresh import load_queue, review_wording
-    from evalpkg.testset.refresh import review as record
-
     given = {
         "IDS": bool(ids),
         "--reject": not approve,
@@ -110,44 +107,78 @@ def review(
         "--text": text is not None,
         "--wordings": wordings is not None,
     }
-    # the first of these given decides what the command does
+    _reject_stray_options(given)
+    settings = get_settings()
+    if arbitrate is not None:
+        _arbitrate(settings, arbitrate, outcome, reviewer, note, sql)
+    elif not ids:
+        _list_queue(settings)
+    elif show:
+        _show_candidates(settings, ids)
+    else:
+        _check_reviewer(reviewer, role)
+        if wordings is not None or wording is not None:
+            _approve_wordings(settings, ids, reviewer, role, wording=wording, text=text, wordings_path=wordings)
+        else:
+            _record_decisions(settings, ids, approve, reviewer, role, note)
+
+
+def _reject_stray_options(given: dict[str, bool]) -> None:
+    """The first of --arbitrate, --show, --wording, --wordings given decides what `review` does (else a decision
+    on the ids named, else the queue's list); an option given that it does not read is a usage error."""
     action = next((a for a in ("--arbitrate", "--show", "--wording", "--wordings") if given[a]), None)
-    action = action or ("a decision" if ids else "the queue's list")
+    action = action or ("a decision" if given["IDS"] else "the queue's list")
     if stray := [o for o, on in given.items() if on and o not in REVIEW_OPTIONS[action]]:
         raise UsageError(
             f"{stray[0]}: does not apply to {action} (it takes {', '.join(REVIEW_OPTIONS[action]) or 'no option'})"
         )
-    settings = get_settings()
-    if arbitrate is not None:
-        _arbitrate(settings, arbitrate, outcome, reviewer, note, sql)
-        return
-    if not ids:
-        for _, c in load_queue(settings):
-            wordings = f"{len(c.task.variants) - len(c.unapproved())}/{len(c.task.variants)} wordings"
-            typer.echo(f"{c.status:<9} {c.task.id:<32} {c.month}  {wordings:<13} {c.task.variants[0].text}")
-        return
-    if show:
-        _show_candidates(settings, ids)
-        return
+
+
+def _list_queue(settings: Settings) -> None:
+    from evalpkg.testset.refresh import load_queue
+
+    for _, c in load_queue(settings):
+        approved = f"{len(c.task.variants) - len(c.unapproved())}/{len(c.task.variants)} wordings"
+        typer.echo(f"{c.status:<9} {c.task.id:<32} {c.month}  {approved:<13} {c.task.variants[0].text}")
+
+
+def _check_reviewer(reviewer: str, role: str) -> None:
+    """A decision or an approval names who made it, in which role."""
     if not reviewer:
         raise UsageError("--reviewer: required to record a decision")
     if role not in ("clinician", "analyst", "dba"):
         raise UsageError(f"--role: must be clinician, analyst or dba, got {role!r}")
-    if wordings is not None:
-        from evalpkg.testset.refresh import review_wordings
 
+
+def _approve_wordings(
+    settings: Settings,
+    ids: list[str],
+    reviewer: str,
+    role: str,
+    *,
+    wording: str | None,
+    text: str | None,
+    wordings_path: str | None,
+) -> None:
+    """One candidate's wordings approved: all of those in a --wordings file, or the one --wording names."""
+    from evalpkg.testset.refresh import review_wording, review_wordings
+
+    if wordings_path is not None:
         if len(ids) != 1:
             raise UsageError("--wordings: name exactly one candidate")
-        texts = _wordings_file(wordings)
+        texts = _wordings_file(wordings_path)
         for done in review_wordings(settings, ids[0], texts, reviewer, role):  # type: ignore[arg-type]
             to_stderr(f"{ids[0]} {done.key}: {'rewritten and ' if done.edited else ''}approved by {done.approved_by}")
-        return
-    if wording is not None:
+    elif wording is not None:
         if len(ids) != 1:
             raise UsageError("--wording: name exactly one candidate")
         done = review_wording(settings, ids[0], wording, reviewer, role, text)  # type: ignore[arg-type]
         to_stderr(f"{ids[0]} {done.key}: {'rewritten and ' if done.edited else ''}approved by {done.approved_by}")
-        return
+
+
+def _record_decisions(settings: Settings, ids: list[str], approve: bool, reviewer: str, role: str, note: str) -> None:
+    from evalpkg.testset.refresh import review as record
+
     decision: Literal["approve", "reject"] = "approve" if approve else "reject"
     n = record(settings, ids, decision, reviewer, role, note)  # type: ignore[arg-type]
     to_stderr(f"recorded {decision} for {n} candidate(s)")
