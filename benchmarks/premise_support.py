@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evalpkg.errors import QueryError
 from evalpkg.settings import get_settings
+from evalpkg.sql.gold import gold_runner
 from evalpkg.testset import premises, release, worlds
 from evalpkg.testset.build import load_templates
-from evalpkg.testset.gold import gold_executor
 
 
 def needed(fall: float) -> float:
@@ -49,12 +49,11 @@ def main() -> None:
     # template -> [(before, after, sigmas)] over tasks x worlds
     seen: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     for world, kept in worlds.each(settings, reference, progress=print):
-        executor = gold_executor(kept)
-        try:
+        with gold_runner(kept) as golds:
             for task in tasks:
                 premise = counted[task.id]
                 try:
-                    result = executor.run(task.gold_sql[0])
+                    result = golds.result(task.gold_sql[0])
                 except QueryError:
                     continue
                 got = premises.periods(premise.measure, premise.rows, result.columns, result.rows)
@@ -62,8 +61,6 @@ def main() -> None:
                     continue
                 before, after = got[0], got[1]
                 seen[task.provenance.template_id or task.id].append((before, after, premises.sigmas(before, after)))
-        finally:
-            executor.close()
         print(f"  read {world.label()}")
     print(f"\n{'template':48} {'n':>3} {'events (median, min)':>22} {'sigmas (median, min)':>22} {'<2':>4}")
     for template, rows in sorted(seen.items()):

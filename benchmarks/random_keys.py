@@ -29,31 +29,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evalpkg.errors import EvalpkgError
 from evalpkg.grading.execution import GoldCache, asked_columns, execution_match
+from evalpkg.grading.reference import SQL_PERTURBATIONS, reference_reads
 from evalpkg.prod.generator import generate
 from evalpkg.services import bootstrap
 from evalpkg.services.stack import scratch_cluster
 from evalpkg.settings import PROD_DB, README_PATIENTS, Settings
+from evalpkg.sql.gold import gold_runner
 from evalpkg.sync.runner import run_sync
 from evalpkg.testset import release
-from evalpkg.testset.gold import GoldRunner, agent_connection, gold_executor
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Task
 from evalpkg.testset.traps import perturb_sql
 from evalpkg.testset.validate import discrimination
-from tests.pipeline.test_pipeline import PERTURBATIONS, reference_reads
 
 
 def gold_problems(settings: Settings, tasks: list[Task]) -> tuple[list[str], list[str]]:
     """(what the data decides: findings; what fails on any snapshot: failures)"""
-    with agent_connection(settings) as conn:
-        golds = GoldRunner(conn)
+    with gold_runner(settings) as golds:
         found = [p for t in tasks for p in check_golds(t, golds)]
     return [f"{p.task} {p.code}" for p in found if p.data_decided], [str(p) for p in found if not p.data_decided]
 
 
 def trap_findings(settings: Settings, tasks: list[Task]) -> tuple[list[str], list[str]]:
     """(traps that do not bite and failed premises: findings; mutations that fail to run: failures)"""
-    _, outcomes, premise_findings = discrimination(settings, tasks)
+    with gold_runner(settings) as golds:
+        outcomes, premise_findings = discrimination(golds, tasks)
     findings = [f"trap {o.task_id} [{o.tag}] does not bite" for o in outcomes if o.status == "does_not_bite"]
     findings += [f"premise {f.line()}" for f in premise_findings]
     return findings, [f"trap {o.line()}" for o in outcomes if o.status == "error"]
@@ -61,21 +61,17 @@ def trap_findings(settings: Settings, tasks: list[Task]) -> tuple[list[str], lis
 
 def parted(settings: Settings, tasks: list[Task]) -> list[str]:
     """Where the scorer's verdict on a perturbed gold (the zh/plain variant) differs from the reference's."""
-    executor = gold_executor(settings)
-    cache = GoldCache(executor)
     found = []
-    try:
-        with agent_connection(settings) as conn:
-            for kind in PERTURBATIONS:
-                for task in tasks:
-                    if not task.gold_sql or (changed := perturb_sql(task.gold_sql[0], kind)) == task.gold_sql[0]:
-                        continue
-                    reference = reference_reads(conn, cache, task, changed)[0]
-                    scorer = execution_match(task, changed, cache, executor, asked_columns(task, "zh", "plain"))[1]
-                    if reference != scorer:
-                        found.append(f"{kind} {task.id}: scorer {scorer}, reference {reference}")
-    finally:
-        executor.close()
+    with gold_runner(settings) as golds:
+        cache = GoldCache(golds)
+        for kind in SQL_PERTURBATIONS:
+            for task in tasks:
+                if not task.gold_sql or (changed := perturb_sql(task.gold_sql[0], kind)) == task.gold_sql[0]:
+                    continue
+                reference = reference_reads(cache, task, changed)[0]
+                scorer = execution_match(task, changed, cache, asked_columns(task, "zh", "plain"))[1]
+                if reference != scorer:
+                    found.append(f"{kind} {task.id}: scorer {scorer}, reference {reference}")
     return found
 
 

@@ -1,4 +1,4 @@
-"""Two-stage schema retrieval on every question variant of the latest release (seed 000 §3.3): how often the gold
+"""Two-stage schema retrieval on every question variant of the latest release: how often the gold
 tables are among the candidates, and how much schema text the model is spared compared with
 dumping the whole schema. Needs a synced eval DB (scripts/demo):
 

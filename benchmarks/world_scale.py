@@ -31,9 +31,9 @@ from evalpkg.prod.generator import generate
 from evalpkg.services.stack import scratch_cluster
 from evalpkg.settings import EVAL_DB, PROD_DB, Settings
 from evalpkg.sql.executor import ReadOnlyExecutor
+from evalpkg.sql.gold import gold_runner
 from evalpkg.sync.runner import run_sync
 from evalpkg.testset import release
-from evalpkg.testset.gold import GoldRunner, agent_connection
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Task
 from evalpkg.testset.validate import discrimination
@@ -62,7 +62,8 @@ def measure(patients: int, seed: int, version: str | None) -> tuple[dict[str, fl
             tasks = release.load(settings.tasks_dir, version).tasks
             seconds["golds"], failing = gold_seconds(settings, tasks)
             t0 = time.perf_counter()
-            _, outcomes, _ = discrimination(settings, tasks)
+            with gold_runner(settings) as golds:
+                outcomes, _ = discrimination(golds, tasks)
             seconds["traps + premises"] = time.perf_counter() - t0
             unrun = sum(o.status == "error" for o in outcomes)
             notes.append(f"{failing} gold(s) failed or timed out, {unrun} trap mutation(s) did not run")
@@ -109,8 +110,7 @@ def agent_probes(settings: Settings) -> tuple[list[str], list[str]]:
 
 def gold_seconds(settings: Settings, tasks: list[Task]) -> tuple[float, int]:
     """Seconds for every gold check of the tasks, and how many golds failed to run (timeouts included)."""
-    with agent_connection(settings) as conn:
-        golds = GoldRunner(conn)
+    with gold_runner(settings) as golds:
         t0 = time.perf_counter()
         found = [p for task in tasks for p in check_golds(task, golds)]
     return time.perf_counter() - t0, sum(p.code == "fails" for p in found)

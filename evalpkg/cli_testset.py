@@ -73,6 +73,7 @@ def stats(version: Annotated[str | None, typer.Argument()] = None) -> None:
     """Counts per type x difficulty, tag, language; trap bite rate per tag and premise findings on the snapshot."""
     from collections import Counter
 
+    from evalpkg.sql.gold import agent_connection, gold_runner, snapshot_version
     from evalpkg.testset import release, traps
     from evalpkg.testset.models import Difficulty, TaskType
     from evalpkg.testset.validate import discrimination
@@ -88,7 +89,10 @@ def stats(version: Annotated[str | None, typer.Argument()] = None) -> None:
     for name in ("tag", "language", "variants_per_task", "source"):
         typer.echo(f"{name}: " + ", ".join(f"{k}={v}" for k, v in sorted(s[name].items())))
     _shapes(rel.tasks)
-    snapshot, outcomes, findings = discrimination(get_settings(), rel.tasks)
+    with agent_connection(get_settings()) as conn:
+        snapshot = snapshot_version(conn)
+    with gold_runner(get_settings()) as golds:
+        outcomes, findings = discrimination(golds, rel.tasks)
     typer.echo(f"trap bite rate on snapshot {snapshot} (bitten/applicable; tasks tagged):")
     for tag, rate in traps.rates(outcomes).items():
         typer.echo(f"  {tag:<16} {rate.summary():<24} {rate.tasks:>4}")
@@ -141,15 +145,12 @@ def _gold_plans(settings: Settings, tasks: list[Task]) -> list[GoldPlanCheck]:
     """Each answerable task's gold plan compiled and graded on the snapshot (the plan strategy's oracle)."""
     from evalpkg.agent.plan.gold import check_gold_plans
     from evalpkg.agent.schema import Catalog
-    from evalpkg.testset.gold import agent_connection, gold_executor
+    from evalpkg.sql.gold import agent_connection, gold_runner
 
     with agent_connection(settings) as conn:
         catalog = Catalog.load(conn)
-    executor = gold_executor(settings)
-    try:
-        return check_gold_plans(tasks, catalog, executor)
-    finally:
-        executor.close()
+    with gold_runner(settings) as golds:
+        return check_gold_plans(tasks, catalog, golds)
 
 
 def _plan_coverage(checks: list[GoldPlanCheck]) -> None:
@@ -253,19 +254,16 @@ def audit_scorer(
     """Re-lay-out every gold result as a grader accepts it and change it as a grader rejects it; score each.
 
     Exits 1 where a layout is rejected or a mutation accepted."""
+    from evalpkg.sql.gold import agent_connection, gold_runner, snapshot_version
     from evalpkg.testset import release
     from evalpkg.testset.audit import audit, summary
-    from evalpkg.testset.gold import agent_connection, gold_executor, snapshot_version
 
     settings = get_settings()
     rel = release.load(settings.tasks_dir, version)
     with agent_connection(settings) as conn:
         snapshot = snapshot_version(conn)
-    executor = gold_executor(settings)
-    try:
-        results = audit(rel.tasks, executor, progress=to_stderr)
-    finally:
-        executor.close()
+    with gold_runner(settings) as golds:
+        results = audit(rel.tasks, golds, progress=to_stderr)
     typer.echo(f"{rel.version}: the scorer on its own golds ({len(rel.tasks)} tasks, snapshot {snapshot})")
     for line in summary(results):
         typer.echo(line)

@@ -4,6 +4,7 @@ a renamed option or a dropped command fails here, not in a newcomer's terminal."
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +90,30 @@ def test_the_checker_sees_a_renamed_option() -> None:
         page.unlink()
     assert ("run", ["--no-such-option"]) in shown and ("testset nope", []) in shown
     assert "--no-such-option" not in options(commands(tree())["run"])
+
+
+def _layout() -> str:
+    return (PROJECT_ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
+
+
+def test_layout_names_every_folder_benchmark_and_page() -> None:
+    """docs/layout.md is the map a newcomer reads first: every tracked top-level folder, every folder of
+    tasks/ that is no release, every benchmark and every docs page is on it."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
+    folders = {Path(f).parts[0] for f in tracked.stdout.splitlines() if len(Path(f).parts) > 1}
+    page = _layout()
+    assert [f for f in sorted(folders) if not f.startswith(".") and f"{f}/" not in page] == []
+    in_tasks = {p.name for p in (PROJECT_ROOT / "tasks").iterdir() if p.is_dir() and not re.fullmatch(r"v\d+", p.name)}
+    assert [f for f in sorted(in_tasks) if f"{f}/" not in page] == []
+    benchmarks = [p.name for p in (PROJECT_ROOT / "benchmarks").iterdir() if p.suffix in (".py", ".sh")]
+    assert [b for b in sorted(benchmarks) if b != "__init__.py" and b not in page] == []
+    assert [d.name for d in sorted((PROJECT_ROOT / "docs").glob("*.md")) if f"`{d.name}`" not in page] == []
+
+
+def test_tests_mirror_the_package() -> None:
+    packages = {p.parent.name for p in (PROJECT_ROOT / "evalpkg").glob("*/*.py")}  # testset/ is a namespace
+    mirrored = {p.parent.name for p in (PROJECT_ROOT / "tests").glob("*/__init__.py")}
+    assert packages - mirrored == set(), "a package without tests/<package>/"
+    assert mirrored - packages == {"dags"}, "tests/<folder>/ for no package (dags/ is mirrored too)"
+    empty = [d for d in sorted(mirrored) if not list((PROJECT_ROOT / "tests" / d).glob("test_*.py"))]
+    assert empty == [], "a test folder without tests"

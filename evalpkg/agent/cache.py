@@ -1,5 +1,5 @@
 """Tool-result cache shared by a run's workers: schema, dictionary and examples always; SQL results
-keyed by eval snapshot + normalized SQL (seed 000 §2.3). Bounded by the rows it holds, least recently
+keyed by eval snapshot + normalized SQL. Bounded by the rows it holds, least recently
 used first out, so a shard's memory does not grow with the number of instances."""
 
 from __future__ import annotations

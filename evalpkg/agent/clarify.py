@@ -1,4 +1,4 @@
-"""The state-driven clarification policy (seed 004: missing_slots drive the next question). With the
+"""The state-driven clarification policy (missing_slots drive the next question). With the
 state toolset, code, not the model, decides what ask_clarify asks: while slots are missing, exactly
 the first missing one, in the words of data/slot_questions.json; once none is, no question at all
 (the state is complete: query). So no question is ever about a filled slot. The clinician's reply

@@ -1,5 +1,5 @@
 """The ReAct loop: model proposes, tools run, everything is recorded; limits end runs with a
-recorded outcome, never an exception (seed 000 §3.2, seed 001 §5.1 circuit breaker)."""
+recorded outcome, never an exception (a circuit breaker ends a runaway loop with a fallback)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def system_prompt(name: str = PROMPT_VERSION, disabled_rules: tuple[int, ...] = 
 
 
 def trim_context(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Between dialogue turns keep the questions and answers, hide old tool output (seed 000 §4.2)."""
+    """Between dialogue turns keep the questions and answers, hide old tool output."""
     return [{**m, "content": TRIMMED} if m.get("role") == "tool" else m for m in messages]
 
 
@@ -87,7 +87,7 @@ def _summary_answer(toolkit: Toolkit) -> str:
 
 
 FALLBACK = "answered from the last successful result"
-# The plan strategy's breaker returns the seed's fallback plan (seed 001 §5.1), recorded as such.
+# The plan strategy's breaker returns a fallback plan, recorded as such.
 PLAN_FALLBACK = '{"action": "SCAN_ALL_TABLES", "hint": "未找到明确关联字段，请检查查询表述"}; ' + FALLBACK
 
 

@@ -1,4 +1,4 @@
-"""Toolset of the plan strategy: catalog functions over pg_catalog (seed 001 §3.2) and
+"""Toolset of the plan strategy: catalog functions over pg_catalog and
 submit_plan, whose plan a deterministic compiler turns into SQL."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The eval schema as agents see it, and two-stage schema retrieval (seed 000 §3.3):
+"""The eval schema as agents see it, and two-stage schema retrieval:
 keyword + vector match of the question to tables and columns, then full schema of candidates."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Column:
         return self.type.startswith(("timestamp", "date"))
 
     def line(self) -> str:
-        """One field per line, tab-separated (seed 000 §4.1: less format noise)."""
+        """One field per line, tab-separated (less format noise for the model)."""
         extras = [
             f"unit={self.unit}" if self.unit else "",
             f"codes: {self.codes}" if self.codes else "",
@@ -195,7 +195,7 @@ class SchemaIndex:
         return hits[:k]
 
     def hint(self, question: str, table: str, k: int = 3) -> list[str]:
-        """Likely target columns of one table for this question (seed 000 §4.1 summary hint)."""
+        """Likely target columns of one table for this question (a summary hint)."""
         scores = self.column_scores(question)
         ranked = sorted((float(s), c.name) for c, s in zip(self.columns, scores, strict=True) if c.table == table)
         return [name for s, name in reversed(ranked[-k:]) if s > 0]

@@ -19,7 +19,7 @@ from evalpkg.errors import ConfigError
 from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import ReadOnlyExecutor
-from evalpkg.testset.gold import agent_connection, snapshot_version
+from evalpkg.sql.gold import agent_connection, snapshot_version
 from evalpkg.testset.models import Language, Task
 
 if TYPE_CHECKING:  # the openai SDK is imported only by runs that call a model

@@ -1,4 +1,4 @@
-"""Structured dialogue state for query dialogues (seed 004): the model proposes slot values with a
+"""Structured dialogue state for query dialogues: the model proposes slot values with a
 tool call; deterministic code merges them (dedupe, conflict history, confidence) and recomputes
 missing_slots, which decides whether to ask before querying."""
 

@@ -1,4 +1,5 @@
-"""What a run records: every step of every trajectory, versioned and hashable (seed 000 §2.3, §5.3)."""
+"""What a run records: every step of every trajectory, versioned and hashable, so a run can be audited and
+replayed from its record."""
 
 from __future__ import annotations
 

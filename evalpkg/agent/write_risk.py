@@ -1,4 +1,4 @@
-"""Write-risk check for the seed's extension scenario (seed 000 §4.7): an agent may propose
+"""Write-risk check for the extension scenario where an agent may propose a write: it may propose
 UPDATE/DELETE; it is never executed. The WHERE clause is checked for completeness and the rows it
 would touch are estimated with EXPLAIN (no ANALYZE) of the equivalent SELECT, which the read-only
 role may plan."""

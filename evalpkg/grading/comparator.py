@@ -1,46 +1,8 @@
-"""Execution match (SPEC §9): "correct" means what a careful human grader accepts, and nothing more lenient. Rules
-of COMPARATOR_VERSION 7: every gold column needs its own prediction column (extra columns, column order and
-names don't matter; found by assignment, identical columns interchangeable); rows are bags, in the gold's ORDER
-BY order only where order matters (ties on the keys in any order); integers exact; fractional numbers within the
-task's relative tolerance, rows paired by a proper matching, and a gold written to more decimals than a
-prediction with at least one is rounded to the prediction's (the question rarely says how to round) where no
-value becomes 0 and, unless the prediction's query stated its decimals (a numeric's scale: round(x, 1)), its
-largest value keeps two significant figures (12.3 for 12.34, 0.7 for 0.74 from round(x, 1), not 0.1 for 0.12
-from a float; a gold ending in 5 may round either way); a gold column of fractions (a rate, a mean) is never
-stood for by whole numbers (a count); a period as one period however written (a month or quarter number within
-the one year the other side's labels name, 'YYYY-MM', 'Jan 2024', '2020-Q1', a date or midnight on the 1st);
-booleans = 't'/'f'/'true'/ 'false'; text trimmed and NFKC-normalised; NULL equals only NULL; empty matches only
-empty; a failed or truncated result never matches. Several golds (layout alternatives): the caller tries each.
-Added in 4: rows tied on the gold's ORDER BY keys (hidden key columns included) match in any order, and where
-its LIMIT cuts a tie any choice of the tied rows is accepted (ties.py); a summary row (a total of the rows it
-covers) may be added or left out (summary.py); summation noise below 1e-9 is no difference; a rate may be
-written as a fraction or a percentage. Changed in 5: whole numbers never stand for a column of fractions,
-however close within the task's tolerance; periods are compared as period ids however written (quarters too).
-Added in 6: a comparison of two periods may be answered as a period series (one row per period under one column
-of the measure's kind: the months '2022-03', '2022-04' for zy_prev, zy_this; cross.py); row labels are read
-through the label normaliser as the gold's labels (an entry's code, its name in the other language, the name
-decorated with either or written as two names of one entry ('男 male'), a quarter labelled by its first month, a
-year), and a row of a group the gold does not list with every number 0 or NULL is neutral unless the gold is a
-top N (relabel.py); a long form may carry other numbers per cell (the count beside each asked mean; pivot.py);
-in a cross the header holding more of a column's words names it, and a header it outdid names the label's one
-fact left (cross.py); a coarser prediction is read at the decimals its query wrote (the numeric's scale, kept
-beside the float). Added in 7: a comparison of two periods in one wide row (prev_X, cur_X beside the period
-it is of) is read as its period rows, the earlier period's numbers and the later one's; a prediction whose label
-column holds two consecutive periods is compared so, its measures found by their values as in any layout and
-its rows by their periods (series.py). A pivot is compared with every choice of rows a LIMIT that cuts a tie
-allows, as the wide form is. Added in 8: a label made only of summary words ('Hospital-wide', 'All departments')
-is a total, and a total label names the gold's one total row (全院) (summary.py, relabel.py); where a LIMIT cuts
-a tie, the list of every tied row (FETCH FIRST n ROWS WITH TIES) is accepted as any choice of them is (ties.py).
-Added in 9: a label or header that names one period among other words ('admissions_nov_2024': what was
-counted, then when) speaks of that period, as the period alone does (cross.py).
-Changed in 10: the words beside a period say only what was counted (no number, no period of their own)
-wherever a label or name is read as holding one, so a day holds no month ('2018-02-02' names neither '2018-02'
-nor '2018-02-01'; periods.py, labels.py); a row of labels with no number is never neutral, so a list of names
-with an extra name is an extra row (relabel.py); a prediction whose SQL is a gold's own text keeps the decimals
-its query wrote (execution.GoldCache), as when it runs afresh.
-Added in 11: a text on a total row that no other row holds in its column describes the total ('GI + new
-departments' beside 合计) and names no group it would subtotal (summary.py).
-"""
+"""Execution match, comparator version 11: whether a prediction's rows are a gold's, as a careful human grader
+reads them and nothing more lenient. The rules, each with the module that holds it and the audit layout,
+mutation or test that proves it, are one current list in rules.py (RULES), and the order in which a
+prediction is read against a gold is its ACCEPTANCE table; docs/scoring.md shows both and tells how each
+version came to be. This module holds the bag and order comparison itself (`match`, `explain`)."""
 
 from __future__ import annotations
 

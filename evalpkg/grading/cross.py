@@ -1,4 +1,4 @@
-"""Cross pivot (SPEC §9): a prediction whose row label and column header together name a gold column. The
+"""Cross pivot: a prediction whose row label and column header together name a gold column. The
 gold `mz_prev, mz_this, zy_prev, zy_this` answered as rows MZ and ZY under the headers `prev_month_visits`,
 `this_month_visits`: the label MZ is in the names of mz_prev and mz_this (门诊 = outpatient), and of those
 the header's word prev (previous, 上月, last) is in mz_prev's alone. Two consecutive periods as labels read

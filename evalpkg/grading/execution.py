@@ -14,6 +14,7 @@ from evalpkg.grading.pivot import relayouts
 from evalpkg.grading.relabel import relabelled
 from evalpkg.grading.summary import without_summary_rows
 from evalpkg.sql.executor import ReadOnlyExecutor, jsonable, stated_decimals
+from evalpkg.sql.gold import GoldRunner
 from evalpkg.sql.vocabulary import RATE
 from evalpkg.testset.models import Complexity, Language, Task
 
@@ -21,13 +22,12 @@ KEPT_PREDICTION_ROWS = 1000  # a re-run prediction is kept for the next instance
 
 
 class GoldCache:
-    """Gold results, computed once per gold query on the run's snapshot, and the golds a grader accepts in
-    their place (tie orders, the tied rows a LIMIT may keep)."""
+    """Gold results on the run's snapshot (each gold query run once, by its GoldRunner), and the golds a grader
+    accepts in their place (tie orders, the tied rows a LIMIT may keep); predictions run on the same executor."""
 
-    def __init__(self, executor: ReadOnlyExecutor) -> None:
-        self.executor = executor
-        self._rows: dict[str, tuple[list[str], list[list[Any]]]] = {}
-        self._decimals: dict[str, list[int | None]] = {}  # per gold, as its query wrote them (the rows are JSON)
+    def __init__(self, golds: GoldRunner) -> None:
+        self.golds = golds
+        self.executor = golds.executor
         self._acceptable: dict[tuple[str, bool], list[ties.Ordered]] = {}
         self._labels: Labels | None = None
         self._predictions: dict[str, Prediction] = {}
@@ -44,25 +44,17 @@ class GoldCache:
         task often send the same one); large results are not kept."""
         if sql is not None and sql in self._predictions:
             return self._predictions[sql]
-        if sql is not None and sql in self._rows:  # a gold's own text: what it returned on this snapshot
-            columns, rows = self._rows[sql]
-            return prediction_of(columns, rows, decimals=self._decimals[sql])  # a gold is never capped
+        if sql is not None and self.golds.ran(sql):  # a gold's own text, a mutation: what it returned here
+            got = self.golds.result(sql)
+            return prediction_of(got.columns, got.rows, decimals=got.decimals)  # a gold is never capped
         pred = run_prediction(sql, self.executor)
         if sql is not None and len(pred.rows or ()) <= KEPT_PREDICTION_ROWS:
             self._predictions[sql] = pred
         return pred
 
     def get(self, sql: str) -> tuple[list[str], list[list[Any]]]:
-        if sql not in self._rows:
-            self._rows[sql] = self._run(sql)
-        return self._rows[sql]
-
-    def _run(self, sql: str) -> tuple[list[str], list[list[Any]]]:
-        result = self.executor.run(sql)
-        if result.capped:  # agents' results stop at the same cap, so no answer could ever match
-            raise DataError(f"a gold returns more than the {self.executor.row_cap} row fetch cap: {sql[:80]}")
-        self._decimals[sql] = result.decimals
-        return result.columns, result.rows
+        got = self.golds.result(sql)
+        return got.columns, got.rows
 
     def acceptable(self, sql: str, order_matters: bool) -> list[ties.Ordered]:
         """The gold's rows with their tie groups (groups None where order does not matter), and where its
@@ -78,7 +70,7 @@ class GoldCache:
         found = None
         if rewrite is not None and (order_matters or rewrite.limit is not None):
             try:
-                found = ties.acceptable(rows, len(columns), rewrite, lambda q: self._run(q)[1])
+                found = ties.acceptable(rows, len(columns), rewrite, lambda q: self.golds.result(q).rows)
             except DataError:
                 found = None  # the rewrite did not run here: the gold as it is
         if found is None:
@@ -171,17 +163,14 @@ def prediction_of(
 
 
 def execution_match(
-    task: Task, sql: str | None, gold: GoldCache, executor: ReadOnlyExecutor, asked: list[str] | None = None
+    task: Task, sql: str | None, gold: GoldCache, asked: list[str] | None = None
 ) -> tuple[str, bool, list[list[Any]] | None, list[str]]:
     """(status of the agent's SQL re-run now, whether it matches a gold on the columns the variant asks
     for (asked; None: all), the gold rows answer points are read from: the matching gold's, else the
     first's that answers the variant, and that gold's columns)."""
-    if gold.executor is not executor:
-        pred = run_prediction(sql, executor)
-    else:
-        for gold_sql in task.gold_sql:  # gold_match runs each anyway: first, so a gold's own text is not run twice
-            gold.get(gold_sql)
-        pred = gold.prediction(sql)
+    for gold_sql in task.gold_sql:  # gold_match runs each anyway: first, so a gold's own text is not run twice
+        gold.get(gold_sql)
+    pred = gold.prediction(sql)
     return (pred.status, *gold_match(task, pred, gold, asked))
 
 

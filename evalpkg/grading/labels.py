@@ -1,5 +1,5 @@
 """Which label names which output: the equivalence of labels that a careful grader reads a long-form answer
-by (SPEC §9, "long vs wide when labels name the outputs"). Each label, as a key (NFKC, case-folded, blanks,
+by (long vs wide where labels name the outputs: grading/rules.py). Each label, as a key (NFKC, case-folded, blanks,
 '_' and '-' alike), maps to canonical ids: its own text, the dictionary entries it is a code or a name of
 (`1`/`男`/`male`; `ksdm`/`ksmc`/`ksmc_en`), and the period it writes (`2024-01`/`Jan 2024`/`2024年1月`).
 Built from the eval DB's dictionary tables (a missing one means fewer aliases, never a failure) and

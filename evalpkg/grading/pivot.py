@@ -1,4 +1,4 @@
-"""Long vs wide (SPEC §9): a prediction that is the long form of a wide gold, or the wide form of a long one,
+"""Long vs wide: a prediction that is the long form of a wide gold, or the wide form of a long one,
 is the same answer where its labels name the gold's outputs. `relayouts` pivots one side so that both have
 the gold's wide layout, and says which prediction column each pivoted output must be (`pinned`): the label
 decides that, not the values, so values under the wrong label fail. No label, no relayout: an unlabelled

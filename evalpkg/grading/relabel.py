@@ -1,4 +1,4 @@
-"""Labels as facts (SPEC §9): a prediction's row labels read through the one label normaliser (labels.py) as the
+"""Labels as facts: a prediction's row labels read through the one label normaliser (labels.py) as the
 gold's own labels. A label names the gold label it means or holds: the entry's code or its name in the other
 language ('0101', 'Cardiology' for 心血管内科), the name decorated with the other one ('Cardiology (心血管内科)', '全院
 Hospital-wide'), a total for the gold's one total row ('(Hospital-wide)' for 全院), a period however written,

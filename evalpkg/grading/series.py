@@ -1,4 +1,4 @@
-"""A comparison of two periods answered as its period series (SPEC §9). A gold that compares the previous and
+"""A comparison of two periods answered as its period series. A gold that compares the previous and
 the current period in one wide row per key (pairs of columns whose names speak of each period and are otherwise
 the same: prev_avg_los, cur_avg_los) states the same facts as two rows per key, the earlier period's numbers
 and the later one's, each beside the comparison's own label (the later period: quarter_start). A prediction

@@ -1,4 +1,4 @@
-"""Answer points (SPEC §9): how much of what a task's gold says the final answer states. Numbers within
+"""Answer points: how much of what a task's gold says the final answer states. Numbers within
 tolerance (percent and unit forms allowed), named cells by name, text ideas by character bigrams, all
 offline and comparable across runs; an LLM judge's reading of the text points is kept apart."""
 

@@ -36,8 +36,8 @@ from evalpkg.progress import Progress, quiet
 from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import ReadOnlyExecutor
+from evalpkg.sql.gold import GoldRunner, agent_connection, snapshot_version
 from evalpkg.testset import release
-from evalpkg.testset.gold import agent_connection, snapshot_version
 from evalpkg.testset.models import Task
 
 LIST_FIELDS = {"tool_names", "missed_points", "unsupported_numbers", "world_misses"}  # not columns for the GX suite
@@ -143,12 +143,10 @@ def grade_run(settings: Settings, run_id: str, progress: Progress = quiet) -> Gr
         max_bytes=config.max_result_bytes,
         max_row_bytes=config.max_row_bytes,
     )
-    gold = GoldCache(executor)
+    gold = GoldCache(GoldRunner(executor))  # golds under the agents' row cap: a gold over it could never match
     judge = _judge(config)
     try:
-        scores = [
-            score_instance(tasks[t.task_id], t, repeats[t.instance_id], gold, executor, judge) for t in trajectories
-        ]
+        scores = [score_instance(tasks[t.task_id], t, repeats[t.instance_id], gold, judge) for t in trajectories]
     finally:
         executor.close()
         if judge is not None:

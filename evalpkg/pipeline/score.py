@@ -20,7 +20,6 @@ from evalpkg.pipeline.citations import unsupported_numbers
 from evalpkg.pipeline.coverage import answer_coverage, judged_coverage
 from evalpkg.pipeline.judge import Judge
 from evalpkg.pipeline.state_score import score_state
-from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.testset.models import ArgConstraint, ExpectedToolCall, Task, TaskType
 
 SCORE_FORMAT_VERSION = 1
@@ -167,7 +166,6 @@ def _first_attempt_correct(
     task: Task,
     traj: Trajectory,
     gold: GoldCache,
-    executor: ReadOnlyExecutor,
     asked: list[str] | None,
     final_matches: bool,
     turn_zero_sql: str | None = None,
@@ -186,7 +184,7 @@ def _first_attempt_correct(
     # turn 0's last query (a dialogue's final_sql answers its last follow-up)
     if sql == (turn_zero_sql if turn_zero_sql is not None else traj.final_sql):
         return final_matches
-    return execution_match(task, sql, gold, executor, asked)[1]
+    return execution_match(task, sql, gold, asked)[1]
 
 
 def graded_answers(task: Task, traj: Trajectory) -> list[tuple[str, str | None] | None]:
@@ -208,7 +206,6 @@ def _followup_scores(
     traj: Trajectory,
     answers: list[tuple[str, str | None] | None],
     gold: GoldCache,
-    executor: ReadOnlyExecutor,
 ) -> tuple[list[bool], list[float | None]]:
     """Each follow-up with its own gold, graded on its own as turn 0 is: execution match and answer points."""
     correct: list[bool] = []
@@ -220,7 +217,7 @@ def _followup_scores(
             continue
         turn = task.turn_task(index)
         wanted = asked_columns(turn, traj.language, traj.complexity)
-        _, matched, rows, columns = execution_match(turn, answered[1], gold, executor, wanted)
+        _, matched, rows, columns = execution_match(turn, answered[1], gold, wanted)
         graded = None if wanted is None else positions(columns, wanted) or []
         correct.append(matched)
         coverage.append(answer_coverage(turn, answered[0], rows, traj.language, graded)[0])
@@ -255,18 +252,17 @@ def score_instance(
     traj: Trajectory,
     repeat: int,
     gold: GoldCache,
-    executor: ReadOnlyExecutor,
     judge: Judge | None = None,
 ) -> InstanceScore:
     calls = traj.tool_calls()
     wanted = asked_columns(task, traj.language, traj.complexity)
     answers = graded_answers(task, traj)
     answer, sql = answers[0] or ("", None)  # turn 0 is always reached
-    status, exec_match, gold_rows, gold_columns = execution_match(task, sql, gold, executor, wanted)
+    status, exec_match, gold_rows, gold_columns = execution_match(task, sql, gold, wanted)
     graded = None if wanted is None else positions(gold_columns, wanted) or []
     coverage, missed_points = answer_coverage(task, answer, gold_rows, traj.language, graded)
     correct = exec_match if task.answerable else (sql is None and bool(REFUSAL.search(answer)))
-    followups_correct, followups_coverage = _followup_scores(task, traj, answers, gold, executor)
+    followups_correct, followups_coverage = _followup_scores(task, traj, answers, gold)
     precision, recall, order_ok = expected_call_scores(task, traj)
     stated, unsupported = unsupported_numbers(traj)
     return InstanceScore(
@@ -294,7 +290,7 @@ def score_instance(
         unsupported_numbers=unsupported,
         clarification_needed=task.type is TaskType.clarification,
         clarification_rounds=len(traj.clarifications),
-        first_attempt_correct=_first_attempt_correct(task, traj, gold, executor, wanted, exec_match, sql),
+        first_attempt_correct=_first_attempt_correct(task, traj, gold, wanted, exec_match, sql),
         **vars(score_state(task, traj)),
         declares_order=any(c.after for turn in task.turns for c in turn.expected_tool_calls),
         turn_correct=[correct, *followups_correct],

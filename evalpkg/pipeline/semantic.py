@@ -17,6 +17,7 @@ from evalpkg.pipeline.score import InstanceScore, graded_answers
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import ReadOnlyExecutor
+from evalpkg.sql.gold import GoldRunner
 from evalpkg.testset import worlds
 from evalpkg.testset.models import Task
 
@@ -54,13 +55,13 @@ def score_in_worlds(
             )
     for world, kept in worlds.each(settings, tuple(read), progress=progress):
         executor = ReadOnlyExecutor(kept.agent_url(), timeout_ms=timeout_ms)
-        gold = GoldCache(executor)
+        gold = GoldCache(GoldRunner(executor))
         seen: dict[tuple[str, str | None, str, str], bool | None] = {}  # repeats and variants often send one query
         try:
             for s in matched:
                 key = (s.task_id, final_sql.get(s.instance_id), s.language, s.complexity)
                 if key not in seen:
-                    seen[key] = _matches(tasks[s.task_id], s, key[1], gold, executor)
+                    seen[key] = _matches(tasks[s.task_id], s, key[1], gold)
                 if seen[key] is False:
                     s.world_misses.append(world.label())
         finally:
@@ -77,12 +78,10 @@ def _turn_zero_sql(tasks: dict[str, Task], traj: Trajectory) -> str | None:
     return answered[1] if answered else None
 
 
-def _matches(
-    task: Task, score: InstanceScore, sql: str | None, gold: GoldCache, executor: ReadOnlyExecutor
-) -> bool | None:
+def _matches(task: Task, score: InstanceScore, sql: str | None, gold: GoldCache) -> bool | None:
     """Whether the answer matches in this world; None where the world cannot tell (the gold fails there,
     or returns more than the fetch cap), which is not held against the answer."""
     try:
-        return execution_match(task, sql, gold, executor, asked_columns(task, score.language, score.complexity))[1]
+        return execution_match(task, sql, gold, asked_columns(task, score.language, score.complexity))[1]
     except DataError:
         return None

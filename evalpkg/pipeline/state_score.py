@@ -1,4 +1,4 @@
-"""Scores of the dialogue state (toolset emr-v1+state, seed 004): the final state against the task's
+"""Scores of the dialogue state (toolset emr-v1+state): the final state against the task's
 hidden slots, clarifying questions about slots the state already held, and how many dialogue turns
 (model steps) it took until no slot was missing. Every measure is None for a run without a state."""
 

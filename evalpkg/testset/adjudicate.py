@@ -12,9 +12,9 @@ from evalpkg.errors import DataError
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint
+from evalpkg.sql.gold import agent_connection, gold_runner, snapshot_version
 from evalpkg.testset import release, traps, worlds
 from evalpkg.testset.annotate import ANNOTATIONS, AgreementFile, Decision, TaskAgreement, decisions
-from evalpkg.testset.gold import GoldRunner, agent_connection, gold_executor, snapshot_version
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Annotator, Review, Task
 
@@ -122,8 +122,7 @@ def _apply(
 def _check_new_golds(settings: Settings, tasks: list[Task], before: dict[str, Task]) -> None:
     """A fixed or added gold must be one read-only query that runs, answers, is decided by the data
     and returns the task's outputs (the build's thinness margins are for drawing parameters, not this)."""
-    with agent_connection(settings) as conn:
-        golds = GoldRunner(conn)
+    with gold_runner(settings) as golds:
         for task in tasks:
             added = [s for s in task.gold_sql if s not in before[task.id].gold_sql]
             for sql in added:
@@ -146,12 +145,9 @@ def _drop_tags_that_stop_biting(
         return
     misses: dict[tuple[str, str], int] = {}
     for _, scratch in worlds.each(settings, reference, progress=progress):
-        executor = gold_executor(scratch)
-        try:
-            for o in traps.measure(regolded, executor):
+        with gold_runner(scratch) as golds:
+            for o in traps.measure(regolded, golds):
                 misses[(o.task_id, o.tag)] = misses.get((o.task_id, o.tag), 0) + (o.status != "bites")
-        finally:
-            executor.close()
     for i, task in enumerate(plan.tasks):
         lost = [tag for tag in task.tags if misses.get((task.id, tag))]
         if not lost:

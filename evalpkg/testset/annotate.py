@@ -24,15 +24,14 @@ from evalpkg.errors import DataError, QueryError, UsageError
 from evalpkg.grading.comparator import COMPARATOR_VERSION
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
+from evalpkg.sql.gold import agent_connection, gold_runner, snapshot_version
 from evalpkg.testset import release, worlds
 from evalpkg.testset.build import render
-from evalpkg.testset.gold import agent_connection, gold_executor, snapshot_version
 from evalpkg.testset.models import Annotator, Complexity, Task
 from evalpkg.testset.params import Value, chosen, domains
 
 if TYPE_CHECKING:
     from evalpkg.grading.execution import GoldCache
-    from evalpkg.sql.executor import ReadOnlyExecutor
 
 ANNOTATIONS = "annotations"
 ARBITRATION = "arbitration.json"
@@ -121,21 +120,18 @@ def measure_tasks(
         snap = snapshot_version(conn)
         with conn.transaction():
             domain = domains(conn)
-    executor = gold_executor(settings)
     results = []
-    try:
-        gold = GoldCache(executor)
+    with gold_runner(settings) as golds:
+        gold = GoldCache(golds)
         for i, task in enumerate(tasks, 1):
             sql = _sql_for(task, annotation, domain)
-            turns = [_compare(task, sql, gold, executor)]
+            turns = [_compare(task, sql, gold)]
             for k, turn in enumerate(task.graded_turns()[1:]):
                 written = _followup_for(task, k, annotation, domain)
-                turns.append(_compare(task.turn_task(turn), written, gold, executor))
+                turns.append(_compare(task.turn_task(turn), written, gold))
             results.append(_dialogue(task.graded_turns(), turns))
             if i % 50 == 0:
                 progress(f"compared {i}/{len(tasks)} tasks")
-    finally:
-        executor.close()
     return AgreementFile(
         annotator=annotation.annotator,
         version=version,
@@ -225,7 +221,7 @@ def _dialogue(indices: list[int], turns: list[TaskAgreement]) -> TaskAgreement:
     return TaskAgreement(task_id=turns[0].task_id, agreement=share, detail="; ".join(differing) or "match")
 
 
-def _compare(task: Task, written: Written | None, gold: GoldCache, executor: ReadOnlyExecutor) -> TaskAgreement:
+def _compare(task: Task, written: Written | None, gold: GoldCache) -> TaskAgreement:
     from evalpkg.grading.execution import execution_match
 
     if written is None:
@@ -239,7 +235,7 @@ def _compare(task: Task, written: Written | None, gold: GoldCache, executor: Rea
     for v in variants:
         try:
             asked = task.graded_columns(v.language, v.complexity)
-            status, ok, _, _ = execution_match(task, written.sql, gold, executor, asked)
+            status, ok, _, _ = execution_match(task, written.sql, gold, asked)
         except QueryError as exc:
             return TaskAgreement(task_id=task.id, agreement=0.0, detail=f"annotator SQL failed: {exc}")
         if not ok:

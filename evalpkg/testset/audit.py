@@ -23,7 +23,8 @@ from evalpkg.grading.execution import GoldCache, gold_match, prediction_of, rate
 from evalpkg.grading.periods import DAY, MONTH, MONTH_NAMES, TIME_KEY_NAME
 from evalpkg.grading.summary import is_total_label, without_summary_rows
 from evalpkg.progress import Progress, quiet
-from evalpkg.sql.executor import ReadOnlyExecutor, jsonable
+from evalpkg.sql.executor import jsonable
+from evalpkg.sql.gold import GoldRunner
 from evalpkg.testset.models import Language, Task
 
 Rows = list[list[Any]]
@@ -585,9 +586,9 @@ class TransformResult:
         return not self.failures
 
 
-def audit(tasks: list[Task], executor: ReadOnlyExecutor, progress: Progress = quiet) -> list[TransformResult]:
+def audit(tasks: list[Task], golds: GoldRunner, progress: Progress = quiet) -> list[TransformResult]:
     """Every transform on every answerable task's first gold."""
-    gold = GoldCache(executor)
+    gold = GoldCache(golds)
     results = {name: TransformResult(name, "layout") for name in LAYOUTS}
     results |= {name: TransformResult(name, "mutation") for name in [*MUTATIONS, PERIOD_MOVED]}
     answerable = [t for t in tasks if t.answerable and t.gold_sql]
@@ -598,7 +599,7 @@ def audit(tasks: list[Task], executor: ReadOnlyExecutor, progress: Progress = qu
             g = _gold(task, gold)
         except DataError as exc:  # validate names such a gold; here it has no result
             raise DataError(f"{task.id}: its gold does not run on this snapshot: {exc}") from exc
-        for name, layout in _layouts(g, executor):
+        for name, layout in _layouts(g, golds):
             result = results[name]
             # a layout of some of the gold's columns is graded as the variant that asks only for them
             asked = layout[1] if set(layout[1]) < set(g.columns) else None
@@ -620,14 +621,14 @@ def _gold(task: Task, gold: GoldCache) -> Gold:
     return Gold(task, task.gold_sql[0], columns, rows, ordered.groups)
 
 
-def _layouts(g: Gold, executor: ReadOnlyExecutor) -> Iterator[tuple[str, Layout]]:
+def _layouts(g: Gold, golds: GoldRunner) -> Iterator[tuple[str, Layout]]:
     for name, transform in (LAYOUTS | MUTATIONS).items():
         if (layout := transform(g)) is not None:
             yield name, layout
     moved = _month_later(g.sql)
     if moved is not None:
         try:
-            result = executor.run(moved)
+            result = golds.result(moved)
         except QueryError:
             return
         yield PERIOD_MOVED, ([[jsonable(v) for v in r] for r in result.rows], result.columns)

@@ -14,8 +14,8 @@ from evalpkg.errors import ConfigError, DataError
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint
+from evalpkg.sql.gold import GoldError, GoldSource, agent_connection, gold_runner, snapshot_version
 from evalpkg.testset import premises, release
-from evalpkg.testset.gold import GoldError, GoldRunner, GoldSource, agent_connection, snapshot_version
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import (
     OUTPUTS_FORMAT,
@@ -210,13 +210,13 @@ def build(settings: Settings, *, seed: int = 1, progress: Progress = quiet) -> B
     spec = load_templates()
     report = BuildReport()
     seen: set[str] = set()
-    with agent_connection(settings) as conn:
-        with conn.transaction():
-            domain = domains(conn)
+    with agent_connection(settings) as conn, conn.transaction():
+        domain = domains(conn)
+    with gold_runner(settings) as golds:
         for t in spec.templates:
             if t.since != "v1":
                 continue  # added by a later release, from the release it extends
-            tasks, skipped = fill(conn, t, domain, seed=seed, seen=seen)
+            tasks, skipped = fill(golds, t, domain, seed=seed, seen=seen)
             report.tasks += tasks
             if skipped:
                 report.skipped[t.id] = skipped
@@ -227,14 +227,13 @@ def build(settings: Settings, *, seed: int = 1, progress: Progress = quiet) -> B
 
 
 def fill(
-    conn: Any, t: Template, domain: dict[str, list[Value]], *, seed: int, seen: set[str]
+    golds: GoldSource, t: Template, domain: dict[str, list[Value]], *, seed: int, seen: set[str]
 ) -> tuple[list[Task], list[str]]:
     """Up to t.count tasks from its parameter choices in the seed's order, each usable on this snapshot
     (check_gold; fingerprints not in `seen`, which grows), and why each skipped choice was; ConfigError
     where the template itself is wrong."""
     combos = t.choices(domain)
     random.Random(f"{seed}:{t.id}").shuffle(combos)
-    golds = GoldRunner(conn)
     tasks: list[Task] = []
     skipped: list[str] = []
     for combo in combos:

@@ -10,8 +10,8 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
+from evalpkg.sql.gold import GoldError, GoldSource
 from evalpkg.testset import determinism
-from evalpkg.testset.gold import GoldError, GoldSource
 from evalpkg.testset.models import QuestionVariant, Task
 
 ProblemCode = Literal["fails", "empty", "only_null", "nondeterministic", "undetermined", "outputs"]

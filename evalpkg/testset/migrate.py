@@ -12,14 +12,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import psycopg
-
 from evalpkg.errors import DataError
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
+from evalpkg.sql.gold import GoldError, GoldRunner, agent_connection, gold_runner, snapshot_version
 from evalpkg.testset import release
 from evalpkg.testset.build import Template, instantiate, load_templates
-from evalpkg.testset.gold import GoldError, agent_connection, gold_result, snapshot_version
 from evalpkg.testset.gold_checks import output_problems
 from evalpkg.testset.models import OUTPUTS_FORMAT, Language, Output, QuestionVariant, Task
 from evalpkg.testset.params import Value, chosen, domains
@@ -70,7 +68,7 @@ class Migration:
         if self.removed:
             parts.append(
                 f"Removed: {len(self.removed)} task(s) whose parameters the clinical review withdrew for their "
-                "template (each reason below)."
+                "template (each reason in the release's changes.json)."
             )
         return " ".join([*parts, f"{len(self.tasks)} tasks. Nothing else changed."])
 
@@ -86,11 +84,12 @@ def migrate(
         with conn.transaction():
             domain = domains(conn)
         snap = snapshot_version(conn)
+    with gold_runner(settings) as golds:
         for i, task in enumerate(src.tasks, 1):
             if why := _withdrawn(task, templates, domain):
                 plan.removed[task.id] = why
             else:
-                plan.tasks.append(_migrate_task(conn, task, templates, domain, plan))
+                plan.tasks.append(_migrate_task(golds, task, templates, domain, plan))
             if i % 50 == 0:
                 progress(f"migrated {i}/{len(src.tasks)} tasks")
     plan.wordings = _rewordings([t for t in src.tasks if t.id not in plan.removed], plan.tasks)
@@ -104,14 +103,14 @@ def migrate(
 
 
 def _migrate_task(
-    conn: psycopg.Connection,
+    golds: GoldRunner,
     task: Task,
     templates: dict[str, Template],
     domain: dict[str, list[Value]],
     plan: Migration,
 ) -> Task:
     try:
-        columns = [gold_result(conn, sql).columns for sql in task.gold_sql]
+        columns = [golds.result(sql).columns for sql in task.gold_sql]
     except GoldError as exc:
         raise DataError(f"{task.id}: gold SQL fails on this snapshot: {exc}") from exc
     if task.provenance.source == "ticket":

@@ -17,7 +17,7 @@ FEWER_ROWS_EXPECTED: Final = re.compile(r"fewer rows (than the limit )?(are |is 
 
 
 class TaskType(StrEnum):
-    """The seven task types of seed 000 §2.1, most frequent first."""
+    """The seven task types, most frequent first (docs/testset.md)."""
 
     single_table = "single_table"  # 单表筛选
     join_aggregate = "join_aggregate"  # 跨表关联聚合

@@ -1,4 +1,4 @@
-"""The monthly refresh: mine query tickets -> review queue -> reviewed release (seed 000 §5.4).
+"""The monthly refresh: mine query tickets -> review queue -> reviewed release.
 
 A mined ticket becomes a task with the parts of a curated one (ticket_task). Before it can be released a
 reviewer approves (or rewrites) each of its wordings, a second annotation is measured against its gold
@@ -8,7 +8,6 @@ the world and the reason, and the rest are released."""
 
 from __future__ import annotations
 
-from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -20,10 +19,9 @@ from evalpkg.grading.periods import MONTH
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint, guard
-from evalpkg.sql.executor import ReadOnlyExecutor
+from evalpkg.sql.gold import GoldError, GoldRunner, agent_connection, gold_runner
 from evalpkg.testset import release, ticket_task, traps
 from evalpkg.testset.annotate import Annotation, measure_tasks
-from evalpkg.testset.gold import GoldError, GoldRunner, agent_connection, gold_executor
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Task
 from evalpkg.testset.refresh_release import recover_release, release_approved, release_queue
@@ -107,11 +105,10 @@ def refresh(
     queue = [c for _, c in load_queue(settings)]
     seen = covered_patterns(settings, queue)
     mined = {c.ticket_id for c in queue}  # whatever became of them, decisions stay
-    executor = gold_executor(settings)
     tickets = done_tickets(settings, start, end)
-    with agent_connection(settings) as conn, closing(executor):
-        golds = GoldRunner(conn)
+    with agent_connection(settings) as conn:
         meanings = ticket_task.dictionary(conn)
+    with gold_runner(settings) as golds:
         report.tickets = len(tickets)
         for ticket_id, created, request, sql in tickets:
             if not ticket_sql_accepted(sql):
@@ -143,7 +140,7 @@ def refresh(
             if problems := check_golds(cand.task, golds):  # the checks a release holds it to, here first
                 report.drop(f"its gold does not hold on the snapshot ({problems[0].code.replace('_', ' ')})", ticket_id)
                 continue
-            cand = cand.model_copy(update={"pattern": pat, "task": biting_tags_only(cand.task, executor)})
+            cand = cand.model_copy(update={"pattern": pat, "task": biting_tags_only(cand.task, golds)})
             if auto_approve:  # the task decision only: its wordings still need a reviewer
                 note = "synthetic ticket, approved by --auto-approve"
                 cand.decisions.append(
@@ -168,10 +165,10 @@ def done_tickets(settings: Settings, start: date, end: date) -> list[tuple[int, 
     return [(int(i), c, str(r), str(q)) for i, c, r, q in rows]
 
 
-def biting_tags_only(task: Task, executor: ReadOnlyExecutor) -> Task:
+def biting_tags_only(task: Task, golds: GoldRunner) -> Task:
     """The task without the trap tags the SQL's shape suggested but whose trap does not bite on the snapshot
     (or has nothing to rewrite), each noted with the reason; the release checks the rest in every world."""
-    missed = [o for o in traps.measure([task], executor) if o.status != "bites"]
+    missed = [o for o in traps.measure([task], golds) if o.status != "bites"]
     if not missed:
         return task
     notes = "; ".join(f"tag {o.tag} dropped: {o.status.replace('_', ' ')} on the snapshot ({o.detail})" for o in missed)
@@ -192,7 +189,7 @@ def _candidate(
     created: datetime,
     request: str,
     sql: str,
-    rows: list[tuple[Any, ...]],
+    rows: list[list[Any]],
     columns: list[str],
     meanings: ticket_task.Meanings,
 ) -> Candidate:

@@ -9,8 +9,8 @@ import json
 
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
+from evalpkg.sql.gold import gold_runner
 from evalpkg.testset import premises, traps, worlds
-from evalpkg.testset.gold import GoldRunner, agent_connection, gold_executor
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Task
 
@@ -48,19 +48,14 @@ def _problems(
         return problems
     for world, scratch in worlds.each(settings, reference, progress=progress):
         where = f"in the reference world {world.label()}"
-        with agent_connection(scratch) as conn:
-            golds = GoldRunner(conn)
+        with gold_runner(scratch) as golds:
             for task in tasks:
                 problems[task.id] += [f"{p.message} {where}" for p in check_golds(task, golds)]
-        executor = gold_executor(scratch)
-        try:
-            for outcome in traps.measure(tasks, executor):
+            for outcome in traps.measure(tasks, golds):
                 if outcome.status != "bites":
                     problems[outcome.task_id].append(
                         f"trap {outcome.tag} {outcome.status.replace('_', ' ')} {where}: {outcome.detail}"
                     )
-            for finding in premises.check(tasks, executor.run):
+            for finding in premises.check(tasks, golds.result):
                 problems[finding.task_id].append(f"premise {finding.check} fails {where}: {finding.detail}")
-        finally:
-            executor.close()
     return problems

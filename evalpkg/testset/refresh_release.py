@@ -10,8 +10,8 @@ from pathlib import Path
 
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
+from evalpkg.sql.gold import agent_connection, snapshot_version
 from evalpkg.testset import release, worlds
-from evalpkg.testset.gold import agent_connection, snapshot_version
 from evalpkg.testset.models import Annotator, Review
 from evalpkg.testset.review_queue import Candidate, Decision, load_queue, save
 

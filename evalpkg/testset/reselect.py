@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +23,9 @@ from typing import TYPE_CHECKING
 from evalpkg.errors import DataError
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
+from evalpkg.sql.gold import agent_connection, gold_runner, snapshot_version
 from evalpkg.testset import premises, release, traps, worlds
 from evalpkg.testset.build import check_gold, instantiate, load_templates
-from evalpkg.testset.gold import GoldRunner, agent_connection, gold_executor, snapshot_version
 from evalpkg.testset.models import TASK_FORMAT_VERSION
 from evalpkg.testset.params import chosen, domains
 
@@ -171,27 +172,22 @@ def _check_world(
     scratch: Settings, world: worlds.World, candidates: list[Candidate], verdicts: dict[Key, Verdict]
 ) -> None:
     templates = {t.id: t for t in load_templates().templates}
-    executor = gold_executor(scratch)
-    try:
-        with agent_connection(scratch) as conn:
-            golds = GoldRunner(conn)
-            for c in candidates:
-                v = verdicts.setdefault(c.key, Verdict(failures=[c.retired] if c.retired else []))
-                if v.failures:
-                    continue  # out already; a missed trap is still counted (its tag may be dropped)
-                min_counts = templates[c.group].min_counts if c.group in templates else {}
-                if reason := check_gold(golds, c.task, set(), min_counts):
-                    v.failures.append(f"{world.label()}: {reason}")
-                    continue
-                v.failures += [f"{world.label()}: {f.line()}" for f in premises.check([c.task], executor.run)]
-                # a kept task carries its arbitrated golds too: its traps must bite against every one
-                released = c.task.model_copy(update={"gold_sql": c.previous.gold_sql}) if c.previous else c.task
-                for o in traps.measure([released], executor):
-                    v.misses[o.tag] += o.status != "bites"
-                if c.task.gold_sql:
-                    v.answers.append(executor.run(c.task.gold_sql[0]))
-    finally:
-        executor.close()
+    with gold_runner(scratch) as golds:
+        for c in candidates:
+            v = verdicts.setdefault(c.key, Verdict(failures=[c.retired] if c.retired else []))
+            if v.failures:
+                continue  # out already; a missed trap is still counted (its tag may be dropped)
+            min_counts = templates[c.group].min_counts if c.group in templates else {}
+            if reason := check_gold(golds, c.task, set(), min_counts):
+                v.failures.append(f"{world.label()}: {reason}")
+                continue
+            v.failures += [f"{world.label()}: {f.line()}" for f in premises.check([c.task], golds.result)]
+            # a kept task carries its arbitrated golds too: its traps must bite against every one
+            released = c.task.model_copy(update={"gold_sql": c.previous.gold_sql}) if c.previous else c.task
+            for o in traps.measure([released], golds):
+                v.misses[o.tag] += o.status != "bites"
+            if c.task.gold_sql:
+                v.answers.append(golds.result(c.task.gold_sql[0]))
 
 
 def _biting(c: Candidate, verdicts: dict[Key, Verdict]) -> list[str]:
@@ -217,8 +213,38 @@ def _choose(
     if not current:
         plan.joined[group] = 0
     traps_of = [t for t in candidates[0].task.tags if t in traps.TRAP_TAGS]
+    chosen = _pick(candidates, verdicts, wanted)
+    next_number = max((int(t.id.rsplit("-", 1)[1]) for t in current), default=0) + 1
+    kept: set[str] = set()
+    for c in chosen:
+        task, reworded, lost = _as_released(c, verdicts, traps_of, n_worlds)
+        if c.previous is None:
+            task = task.model_copy(update={"id": f"{task.id.rsplit('-', 1)[0]}-{next_number:03d}"})
+            next_number += 1
+        plan.tasks.append(task)
+        if group in plan.joined:
+            plan.joined[group] += 1
+        if c.previous is None:
+            params = ", ".join(f"{k}={v}" for k, v in c.params) or "no parameters"
+            plan.changes.added[task.id] = f"template {group} with {params}" + (
+                f" ({lost}: tag dropped)" if lost else ""
+            )
+            continue
+        kept.add(task.id)
+        said = [f"{lost}: tag dropped"] if lost else []
+        if reworded:
+            said.append("reworded as its template now asks")
+        if said:
+            plan.changes.changed[task.id] = "; ".join(said)
+    capped = len(chosen) == wanted < len(current)
+    for task in (t for t in current if t.id not in kept):
+        plan.changes.removed[task.id] = _why_removed(task, candidates, verdicts, n_worlds, per_template, capped)
+
+
+def _pick(candidates: list[Candidate], verdicts: dict[Key, Verdict], wanted: int) -> list[Candidate]:
+    """Up to `wanted` usable candidates: most traps biting first, among equals the current tasks, then new
+    choices in their fixed order; none that repeats the answer of one chosen before it."""
     usable = [c for c in candidates if not verdicts[c.key].failures]
-    # most traps biting first; among equals the current tasks, then new choices in their fixed order
     ranked = sorted(usable, key=lambda c: (-len(_biting(c, verdicts)), c.previous is None))
     chosen: list[Candidate] = []
     for c in ranked:
@@ -226,53 +252,44 @@ def _choose(
             break
         if not _repeats(c, chosen, verdicts):
             chosen.append(c)
-    next_number = max((int(t.id.rsplit("-", 1)[1]) for t in current), default=0) + 1
-    kept: set[str] = set()
-    for c in chosen:
-        task = c.previous or c.task
-        reworded = c.previous is not None and c.previous.variants != c.task.variants
-        if c.previous is not None and (reworded or c.previous.premise != c.task.premise):
-            # a kept task asks and asserts what its template now does (checked above, in every world)
-            update: dict[str, object] = {"premise": c.task.premise, "variants": c.task.variants}
-            if c.task.premise is not None:
-                update["format_version"] = TASK_FORMAT_VERSION
-            task = task.model_copy(update=update)
-        if c.previous is None:
-            task = task.model_copy(update={"id": f"{task.id.rsplit('-', 1)[0]}-{next_number:03d}"})
-            next_number += 1
-        lost = [t for t in traps_of if t not in _biting(c, verdicts)]
-        why = "; ".join(
-            f"the {t} trap did not bite in {verdicts[c.key].misses[t]} of {n_worlds} reference worlds" for t in lost
-        )
-        if lost:
-            task = task.model_copy(
-                update={
-                    "tags": [t for t in task.tags if t not in lost],
-                    "maintenance_notes": f"{task.maintenance_notes} Tag(s) dropped: {why}.".strip(),
-                }
-            )
-        plan.tasks.append(task)
-        if group in plan.joined:
-            plan.joined[group] += 1
-        if c.previous is None:
-            params = ", ".join(f"{k}={v}" for k, v in c.params) or "no parameters"
-            plan.changes.added[task.id] = f"template {group} with {params}" + (f" ({why}: tag dropped)" if lost else "")
-        else:
-            kept.add(task.id)
-            said = [f"{why}: tag dropped"] if lost else []
-            if reworded:
-                said.append("reworded as its template now asks")
-            if said:
-                plan.changes.changed[task.id] = "; ".join(said)
-    by_params = {c.params: c for c in candidates}
-    for task in current:
-        if task.id in kept:
-            continue
-        mine = by_params.get(_params(task))
-        if mine is not None and not verdicts[mine.key].failures and len(chosen) == wanted < len(current):
-            plan.changes.removed[task.id] = f"at most {per_template} tasks per template: more shapes, fewer copies"
-        else:
-            plan.changes.removed[task.id] = _why_not(mine, verdicts, n_worlds)
+    return chosen
+
+
+def _as_released(
+    c: Candidate, verdicts: dict[Key, Verdict], traps_of: Sequence[str], n_worlds: int
+) -> tuple[Task, bool, str]:
+    """The task as the new release holds it, whether it was reworded, and why trap tags were dropped ('' for
+    none): a kept task asks and asserts what its template now does (checked in every world), and loses
+    each tag whose trap did not bite in every world."""
+    task = c.previous or c.task
+    reworded = c.previous is not None and c.previous.variants != c.task.variants
+    if c.previous is not None and (reworded or c.previous.premise != c.task.premise):
+        update: dict[str, object] = {"premise": c.task.premise, "variants": c.task.variants}
+        if c.task.premise is not None:
+            update["format_version"] = TASK_FORMAT_VERSION
+        task = task.model_copy(update=update)
+    lost = [t for t in traps_of if t not in _biting(c, verdicts)]
+    why = "; ".join(
+        f"the {t} trap did not bite in {verdicts[c.key].misses[t]} of {n_worlds} reference worlds" for t in lost
+    )
+    if lost:
+        notes = f"{task.maintenance_notes} Tag(s) dropped: {why}.".strip()
+        task = task.model_copy(update={"tags": [t for t in task.tags if t not in lost], "maintenance_notes": notes})
+    return task, reworded, why
+
+
+def _why_removed(
+    task: Task,
+    candidates: list[Candidate],
+    verdicts: dict[Key, Verdict],
+    n_worlds: int,
+    per_template: int | None,
+    capped: bool,
+) -> str:
+    mine = {c.params: c for c in candidates}.get(_params(task))
+    if mine is not None and not verdicts[mine.key].failures and capped:
+        return f"at most {per_template} tasks per template: more shapes, fewer copies"
+    return _why_not(mine, verdicts, n_worlds)
 
 
 def _repeats(c: Candidate, chosen: list[Candidate], verdicts: dict[Key, Verdict]) -> bool:

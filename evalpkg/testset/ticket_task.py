@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -106,13 +107,13 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
 
 
-def answer_points(rows: list[tuple[Any, ...]]) -> list[AnswerPoint]:
+def answer_points(rows: Sequence[Sequence[Any]]) -> list[AnswerPoint]:
     """Every numeric cell of the gold, row by row (a monthly series: each month's number), up to MAX_POINTS."""
     cells = [(r, c) for r, row in enumerate(rows) for c, v in enumerate(row) if _is_number(v)]
     return [AnswerPoint(kind="number", row=r, col=c) for r, c in cells[:MAX_POINTS]]
 
 
-def all_zero(rows: list[tuple[Any, ...]]) -> bool:
+def all_zero(rows: Sequence[Sequence[Any]]) -> bool:
     """Every number of the result is 0: a wrong query that finds nothing would agree with it."""
     return all(float(v) == 0 for row in rows for v in row if _is_number(v))
 
@@ -184,7 +185,7 @@ def candidate_task(
     sql: str,
     drafts: dict[Key, tuple[str, str]],
     declared: list[Output],
-    rows: list[tuple[Any, ...]],
+    rows: Sequence[Sequence[Any]],
 ) -> Task:
     kind, difficulty, tags = classify(sql)
     tables = fingerprint.tables(sql)

@@ -20,7 +20,7 @@ from evalpkg.sql.parse import DIALECT, parse_statement
 from evalpkg.testset.release import VERSION_RE
 
 if TYPE_CHECKING:
-    from evalpkg.sql.executor import ReadOnlyExecutor
+    from evalpkg.sql.gold import GoldRunner
     from evalpkg.testset.models import Task
 
 TRAP_TAGS: Final = ("time_semantics", "null_semantics", "unit", "soft_delete", "dictionary_code")
@@ -252,12 +252,12 @@ def rates(outcomes: Iterable[Outcome]) -> dict[str, TagRate]:
     return out
 
 
-def measure(tasks: Iterable[Task], executor: ReadOnlyExecutor) -> list[Outcome]:
-    """Every trap tag of every task, run on the snapshot (executor: every row, no cap)."""
-    return [_outcome(task, tag, executor) for task in tasks for tag in task.tags if tag in TRAP_TAGS]
+def measure(tasks: Iterable[Task], golds: GoldRunner) -> list[Outcome]:
+    """Every trap tag of every task, run on the snapshot (each mutation run as its gold is)."""
+    return [_outcome(task, tag, golds) for task in tasks for tag in task.tags if tag in TRAP_TAGS]
 
 
-def _outcome(task: Task, tag: str, executor: ReadOnlyExecutor) -> Outcome:
+def _outcome(task: Task, tag: str, golds: GoldRunner) -> Outcome:
     from evalpkg.grading.execution import GoldCache, execution_match
 
     mutations = [(k, m) for k, m in enumerate(mutate(sql, tag) for sql in task.gold_sql) if m.sql]
@@ -269,18 +269,13 @@ def _outcome(task: Task, tag: str, executor: ReadOnlyExecutor) -> Outcome:
     for v in task.variants:
         cols = task.graded_columns(v.language, v.complexity)
         asks.setdefault(tuple(cols or ()), (cols, []))[1].append(f"{v.language.value}/{v.complexity.value}")
-    gold, labels = GoldCache(executor), []
+    gold, labels = GoldCache(golds), []
     for k, m in mutations:
         assert m.sql is not None
         label = f"gold #{k + 1} with {'; '.join(m.changes)}"
         try:
-            executor.run(m.sql)
-            passed = [
-                n
-                for cols, names in asks.values()
-                if execution_match(task, m.sql, gold, executor, cols)[1]
-                for n in names
-            ]
+            golds.result(m.sql)
+            passed = [n for cols, names in asks.values() if execution_match(task, m.sql, gold, cols)[1] for n in names]
         except QueryError as exc:
             return Outcome(task.id, tag, "error", f"{label}: {exc}")
         if passed:

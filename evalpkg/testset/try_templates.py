@@ -18,9 +18,9 @@ from pydantic import ValidationError
 
 from evalpkg.errors import ConfigError
 from evalpkg.progress import Progress, quiet
+from evalpkg.sql.gold import agent_connection, gold_runner
 from evalpkg.testset import build, worlds
 from evalpkg.testset.build import Template, TemplateFile, check_gold, fill, read_template_file
-from evalpkg.testset.gold import GoldRunner, agent_connection
 from evalpkg.testset.params import domains
 from evalpkg.testset.validate import discrimination
 
@@ -113,13 +113,13 @@ def try_templates(
     """Every template of the file tried on the README world; with `reference`, in each of those worlds."""
     tried = [Tried(t) for t in load_file(path).templates]
     seen: set[str] = set()
-    with agent_connection(settings) as conn:
-        with conn.transaction():
-            domain = domains(conn)
+    with agent_connection(settings) as conn, conn.transaction():
+        domain = domains(conn)
+    with gold_runner(settings) as golds:
         for one in tried:
             t = one.template
             try:
-                one.tasks, one.skipped = fill(conn, t, domain, seed=seed, seen=seen)
+                one.tasks, one.skipped = fill(golds, t, domain, seed=seed, seen=seen)
             except ConfigError as exc:
                 one.problems.append(Problem(t.id, README_WORLD, str(exc)))
                 continue
@@ -141,14 +141,13 @@ def _check_world(scratch: Settings, world: worlds.World, tried: list[Tried]) -> 
     tasks = [task for one in tried for task in one.tasks]
     owner = {task.id: one for one in tried for task in one.tasks}
     unusable = set()
-    with agent_connection(scratch) as conn:
-        golds = GoldRunner(conn)
+    with gold_runner(scratch) as golds:
         for one in tried:
             for task in one.tasks:
                 if reason := check_gold(golds, task, set(), one.template.min_counts):
                     one.problems.append(Problem(task.id, label, reason.removeprefix(f"{task.id}: ")))
                     unusable.add(task.id)
-    _, outcomes, findings = discrimination(scratch, tasks)
+        outcomes, findings = discrimination(golds, tasks)
     for o in outcomes:
         if o.status != "bites":
             owner[o.task_id].problems.append(Problem(o.task_id, label, f"trap {o.tag} {o.status}: {o.detail}"))

@@ -12,8 +12,8 @@ from evalpkg.expectations import ValidationReport, load_suite, validate_frames
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint
+from evalpkg.sql.gold import GoldRunner, agent_connection, gold_runner, snapshot_version
 from evalpkg.testset import premises, release, traps, worlds
-from evalpkg.testset.gold import GoldRunner, agent_connection, gold_executor, snapshot_version
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Difficulty, Task, TaskType
 
@@ -104,9 +104,9 @@ def validate(
     report.problems += [
         f"GX {f.batch}: {f.expectation}({f.column or ''}) observed {f.observed}" for f in report.tabular.failures
     ]
-    with agent_connection(settings) as conn:
+    with agent_connection(settings) as conn:  # ServiceError here, not one failure per task
         report.snapshot_version = snapshot_version(conn)
-        golds = GoldRunner(conn)
+    with gold_runner(settings) as golds:
         for i, task in enumerate(rel.tasks, 1):
             report.gold_queries += sum(len(task.turn_task(t).gold_sql) for t in task.graded_turns())
             found = check_golds(task, golds)
@@ -119,8 +119,8 @@ def validate(
             report.gold_findings += [str(p) for p in found if p.data_decided]
             if i % 50 == 0:
                 progress(f"checked {i}/{len(rel.tasks)} tasks")
-    progress("running the trap mutations and premise checks")
-    _, report.trap_outcomes, report.premise_findings = discrimination(settings, rel.tasks)
+        progress("running the trap mutations and premise checks")
+        report.trap_outcomes, report.premise_findings = discrimination(golds, rel.tasks)
     if report.held:
         report.problems += report.findings()
     return report
@@ -138,16 +138,9 @@ def validate_reference(
     return worlds.map_each(settings, in_world, reference, progress=progress)
 
 
-def discrimination(settings: Settings, tasks: list[Task]) -> tuple[str, list[traps.Outcome], list[premises.Finding]]:
-    """(the snapshot, each tagged trap's mutation graded against its gold, the premise findings) on the
-    current eval snapshot."""
-    with agent_connection(settings) as conn:  # ServiceError here, not one failure per task
-        snapshot = snapshot_version(conn)
-    executor = gold_executor(settings)
-    try:
-        return snapshot, traps.measure(tasks, executor), premises.check(tasks, executor.run)
-    finally:
-        executor.close()
+def discrimination(golds: GoldRunner, tasks: list[Task]) -> tuple[list[traps.Outcome], list[premises.Finding]]:
+    """Each tagged trap's mutation graded against its gold, and the premise findings, on the runner's snapshot."""
+    return traps.measure(tasks, golds), premises.check(tasks, golds.result)
 
 
 def validate_or_raise(settings: Settings, version: str | None = None, **kw: object) -> TestsetReport:

@@ -205,29 +205,29 @@ def test_a_gigabyte_value_the_server_finishes_is_refused_before_it_is_sent(new_t
 
 
 def test_a_gold_over_the_byte_cap_is_an_error_not_a_truncated_result(generated: Settings) -> None:
-    from evalpkg.testset.gold import GoldError, agent_connection, run_gold
+    from evalpkg.sql.gold import GoldError, gold_runner
 
-    with agent_connection(generated) as conn:
-        assert len(run_gold(conn, "select repeat('z', 1000) as v from generate_series(1, 50) g")) == 50
+    with gold_runner(generated) as golds:
+        assert len(golds.result("select repeat('z', 1000) as v from generate_series(1, 50) g").rows) == 50
         with pytest.raises(GoldError, match=r"^the result was larger than 262144 bytes in one row"):
-            run_gold(conn, "select repeat('z', 300000) as v")
+            golds.result("select repeat('z', 300000) as v")
         # the statement ended with its transaction: the session is usable at once
-        assert run_gold(conn, "select 1 as one;") == [(1,)]  # a final semicolon
+        assert golds.result("select 1 as one;").rows == [[1]]  # a final semicolon
 
 
 @pytest.mark.parametrize(
     ("sql", "rows", "why"),
     [
-        ("select 1 as a, 2 as a", [(1, 2)], "duplicate column names"),
-        ("select", [()], "no columns at all"),
-        ("with t as (select 3 as x) select x from t order by x", [(3,)], "a CTE and ORDER BY"),
-        ("select g from generate_series(1, 3) g order by g desc limit 2", [(3,), (2,)], "order and limit kept"),
-        ("select null::text as t", [(None,)], "a NULL has no size"),
-        ("select 1 as x\n-- a last line comment", [(1,)], "a comment on the last line"),
+        ("select 1 as a, 2 as a", [[1, 2]], "duplicate column names"),
+        ("select", [[]], "no columns at all"),
+        ("with t as (select 3 as x) select x from t order by x", [[3]], "a CTE and ORDER BY"),
+        ("select g from generate_series(1, 3) g order by g desc limit 2", [[3], [2]], "order and limit kept"),
+        ("select null::text as t", [[None]], "a NULL has no size"),
+        ("select 1 as x\n-- a last line comment", [[1]], "a comment on the last line"),
     ],
 )
 def test_measured_queries_return_what_the_query_returns(generated: Settings, sql: str, rows: Any, why: str) -> None:
-    from evalpkg.testset.gold import agent_connection, run_gold
+    from evalpkg.sql.gold import gold_runner
 
-    with agent_connection(generated) as conn:
-        assert run_gold(conn, sql) == rows, why
+    with gold_runner(generated) as golds:
+        assert golds.result(sql).rows == rows, why

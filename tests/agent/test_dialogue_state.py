@@ -1,4 +1,4 @@
-"""The dialogue state as the state toolset keeps it (seed 004): clarification answers merged through
+"""The dialogue state as the state toolset keeps it: clarification answers merged through
 `merge`, the question decided by code (the first missing slot, never a filled one), the per-step
 record in the trajectory, and its scores. No database: the tools used here never query."""
 

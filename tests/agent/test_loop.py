@@ -11,8 +11,8 @@ from evalpkg.agent.loop import Limits, ModelTurn, run_dialogue
 from evalpkg.agent.policies import gold_policy, perturb_sql, perturbation_policy
 from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
+from evalpkg.sql.gold import gold_runner
 from evalpkg.testset import release
-from evalpkg.testset.gold import agent_connection, run_gold
 from evalpkg.testset.models import Complexity, Language
 from tests.agent.conftest import NewToolkit
 
@@ -43,7 +43,7 @@ class Replay:
 def test_gold_agent_reproduces_every_v1_gold_result(generated: Settings, new_toolkit: NewToolkit) -> None:
     tasks = release.load(generated.tasks_dir, "v1").tasks
     checked = 0
-    with agent_connection(generated) as conn:
+    with gold_runner(generated) as golds:
         for task in tasks:
             variant = next(v for v in task.variants if v.language is Language.zh and v.complexity is Complexity.plain)
             toolkit = new_toolkit(task=task, question=variant.text)
@@ -68,17 +68,11 @@ def test_gold_agent_reproduces_every_v1_gold_result(generated: Settings, new_too
             import json
 
             content = json.loads(executed.result)
-            gold = run_gold(conn, task.gold_sql[0])
+            gold = golds.result(task.gold_sql[0]).rows
             assert content["total_rows"] == len(gold), task.id
-            assert [tuple(r) for r in content["rows"]] == [tuple(_j(v) for v in r) for r in gold[:200]], task.id
+            assert content["rows"] == gold[:200], task.id
             checked += 1
     assert checked >= 320
-
-
-def _j(v: Any) -> Any:
-    from evalpkg.sql.executor import jsonable
-
-    return jsonable(v)
 
 
 def test_circuit_breaker_records_a_fallback(new_toolkit: NewToolkit) -> None:
@@ -90,7 +84,7 @@ def test_circuit_breaker_records_a_fallback(new_toolkit: NewToolkit) -> None:
     assert traj.stop_reason == "total_call_limit" and len(traj.tool_calls()) == 2
     traj = run(Replay(list(calls)), new_toolkit(), Limits(max_steps=4))
     assert traj.stop_reason == "max_steps" and len(traj.steps) == 4
-    # the plan strategy's breaker (seed 001: 3 calls of one function, 7 in all) records the seed's fallback plan
+    # the plan strategy's breaker (3 calls of one function, 7 in all) records its fallback plan
     lookups = [ModelTurn(tool_calls=[(f"c{i}", "list_all_tables", {})]) for i in range(10)]
     plan_toolkit = new_toolkit(RunConfig(strategy="plan", sql_timeout_ms=1000))
     traj = run(Replay(lookups), plan_toolkit, Limits(max_calls_per_tool=3, max_calls_total=7))

@@ -1,4 +1,4 @@
-"""The plan grammar (seed 001): every compiler rule has a plan that breaks it and a message naming the
+"""The plan grammar: every compiler rule has a plan that breaks it and a message naming the
 rule and the step; what each step and expression form compiles to; what the translator cannot say;
 and every answerable task's gold plan graded against its gold on the snapshot."""
 
@@ -14,9 +14,9 @@ from evalpkg.agent.plan import Plan, PlanError, Untranslatable, compile_plan, pl
 from evalpkg.agent.plan.gold import check_gold_plans, coverage
 from evalpkg.agent.schema import Catalog, Column
 from evalpkg.settings import PROJECT_ROOT, Settings
+from evalpkg.sql.gold import gold_runner
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release
-from evalpkg.testset.gold import gold_executor
 from evalpkg.testset.models import TaskType
 
 TABLES = {
@@ -337,11 +337,8 @@ def test_every_gold_plan_returns_its_gold(synced: SyncReport, generated: Setting
     from evalpkg.agent.session import load_shared
 
     tasks = release.load(PROJECT_ROOT / "tasks").tasks
-    executor = gold_executor(generated)
-    try:
-        checks = check_gold_plans(tasks, load_shared(generated).catalog, executor)
-    finally:
-        executor.close()
+    with gold_runner(generated) as golds:
+        checks = check_gold_plans(tasks, load_shared(generated).catalog, golds)
     assert [f"{c.task.id}: {c.reason}" for c in checks if not c.ok] == []
     assert coverage(checks)["all"] == (len(checks), sum(1 for t in tasks if t.gold_sql))
     assert {t.value for t in TaskType} <= set(coverage(checks))

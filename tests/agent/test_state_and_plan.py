@@ -1,4 +1,4 @@
-"""Dialogue state merge (seed 004), the plan compiler's rules and catalog tools (seed 001), the
+"""Dialogue state merge, the plan compiler's rules and catalog tools, the
 write-risk checker, prompt-rule ablations and the LLM-played clinician."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from evalpkg.agent.write_risk import assess
 from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import ReadOnlyExecutor
-from evalpkg.testset.gold import agent_connection, run_gold
+from evalpkg.sql.gold import agent_connection, gold_runner
 from evalpkg.testset.models import HiddenSlot, Language
 from tests.agent.conftest import NewToolkit
 
@@ -88,8 +88,8 @@ def test_compiled_plan_matches_hand_written_sql(generated: Settings, shared: Sha
         "on v.visit_id = d.visit_id where d.icd10_code like 'E11%' and v.visit_type = 'ZY' "
         "group by v.ksdm order by 2 desc limit 3"
     )
-    with agent_connection(generated) as conn:
-        assert run_gold(conn, sql) == run_gold(conn, reference)
+    with gold_runner(generated) as golds:
+        assert golds.result(sql).rows == golds.result(reference).rows
 
 
 def test_catalog_tools_and_submit_plan(generated: Settings, shared: Shared) -> None:
@@ -138,13 +138,14 @@ def test_catalog_tools_and_submit_plan(generated: Settings, shared: Shared) -> N
 
 
 def test_write_risk_is_assessed_never_executed(generated: Settings) -> None:
-    with agent_connection(generated) as conn:
-        before = run_gold(conn, "select count(*) from emr.t_med_order")
+    count = "select count(*) from emr.t_med_order"
+    with agent_connection(generated) as conn, gold_runner(generated) as before, gold_runner(generated) as after:
+        counted = before.result(count).rows
         everything = assess("delete from emr.t_med_order", conn)
         tautology = assess("update emr.t_med_order set zfbz = 1 where 1 = 1", conn)
         broad = assess("update emr.t_med_order set zfbz = 1 where zfbz = 0", conn, max_rows=100)
         narrow = assess("delete from emr.t_med_order where order_id = 12345", conn)
-        assert run_gold(conn, "select count(*) from emr.t_med_order") == before
+        assert after.result(count).rows == counted  # a runner of its own: not the remembered result
     assert not everything["allowed"] and "no WHERE" in everything["reasons"][0]
     assert not tautology["allowed"] and "always true" in " ".join(tautology["reasons"])
     assert not broad["allowed"] and broad["estimated_rows"] > 100

@@ -1,4 +1,4 @@
-"""The comparator against a careful human grader on the tricky cases of SPEC §9: every case names its reason,
+"""The comparator against a careful human grader on the tricky cases (grading/rules.py): every case names its reason,
 and the cases that must fail are as many as the ones that must pass."""
 
 from __future__ import annotations

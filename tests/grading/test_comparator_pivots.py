@@ -1,4 +1,4 @@
-"""Long vs wide (SPEC §9): a prediction in the other layout matches where its labels name the gold's outputs,
+"""Long vs wide: a prediction in the other layout matches where its labels name the gold's outputs,
 and only then. Every case names its reason, wired through comparator.match as execution_match grades: the
 plain comparison first, then each relayout."""
 

@@ -18,9 +18,9 @@ from evalpkg.pipeline.plan import normalize
 from evalpkg.pipeline.run import Scored, new_run_id, report_run, score_run
 from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
+from evalpkg.sql.gold import agent_connection, snapshot_version
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release
-from evalpkg.testset.gold import agent_connection, snapshot_version
 from evalpkg.testset.models import Complexity, Language
 from tests.pipeline.helpers import imperfections
 

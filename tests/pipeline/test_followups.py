@@ -20,10 +20,10 @@ from evalpkg.agent.trajectory import Trajectory
 from evalpkg.grading.execution import GoldCache, execution_match
 from evalpkg.pipeline.run import Scored
 from evalpkg.settings import Settings
+from evalpkg.sql.gold import agent_connection, gold_runner, snapshot_version
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release
 from evalpkg.testset.build import fill, load_templates
-from evalpkg.testset.gold import agent_connection, gold_executor, snapshot_version
 from evalpkg.testset.models import Complexity, Language, Task, TaskType
 from evalpkg.testset.params import domains
 from evalpkg.testset.validate import structural_problems
@@ -41,11 +41,12 @@ def followup_settings(synced: SyncReport, generated: Settings, tmp_path_factory:
     with agent_connection(generated) as conn:
         with conn.transaction():
             domain = domains(conn)
+        snap = snapshot_version(conn)
+    with gold_runner(generated) as golds:
         for t in load_templates(TEMPLATES).templates:
-            made, skipped = fill(conn, t, domain, seed=1, seen=set())
+            made, skipped = fill(golds, t, domain, seed=1, seen=set())
             assert len(made) == t.count, f"{t.id}: {skipped[:1]}"
             tasks += made
-        snap = snapshot_version(conn)
     tasks_dir = tmp_path_factory.mktemp("followup-tasks")
     release.write(tasks_dir, "v1", tasks, snap, release.ChangeSet(added=dict.fromkeys((t.id for t in tasks), "test")))
     return generated.model_copy(update={"tasks_dir": Path(tasks_dir)})
@@ -144,7 +145,6 @@ def _stale_right(task: Task, language: str, complexity: str, gold: GoldCache) ->
             task.turn_task(i),
             golds[k],
             gold,
-            gold.executor,
             task.turn_task(i).graded_columns(Language(language), Complexity(complexity)),
         )[1]
         for k, i in enumerate(graded[1:])
@@ -153,15 +153,12 @@ def _stale_right(task: Task, language: str, complexity: str, gold: GoldCache) ->
 
 def test_stale_followup_fails_those_turns_only(followup_settings: Settings, tasks: dict[str, Task]) -> None:
     _, scored = run_agent(followup_settings, "perturb:stale_followup", languages=["zh"], complexities=["plain"])
-    executor = gold_executor(followup_settings)
-    try:
-        gold = GoldCache(executor)
+    with gold_runner(followup_settings) as golds:
+        gold = GoldCache(golds)
         for s in scored.scores:
             expected = [True, *_stale_right(tasks[s.task_id], s.language, s.complexity, gold)]
             assert s.turn_correct == expected, s.instance_id
             assert s.correct  # turn 0 is untouched
-    finally:
-        executor.close()
     overall = scored.table["overall"]
     assert overall["turn_0_accuracy"] == overall["accuracy"] == 1.0
     assert overall["dialogue_accuracy"] == sum(all(s.turn_correct) for s in scored.scores) / len(scored.scores) < 1.0

@@ -4,15 +4,12 @@ the runs and traces, and the report is written."""
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from decimal import Decimal
 from html.parser import HTMLParser
 from typing import Any
 
@@ -21,6 +18,7 @@ import pytest
 from evalpkg.agent.trajectory import Trajectory
 from evalpkg.grading.comparator import COMPARATOR_VERSION
 from evalpkg.grading.execution import GoldCache
+from evalpkg.grading.reference import SQL_PERTURBATIONS, reference_reads
 from evalpkg.pipeline import store
 from evalpkg.pipeline.execute import execute_shard
 from evalpkg.pipeline.metrics import summarize
@@ -30,11 +28,10 @@ from evalpkg.pipeline.semantic import score_in_worlds
 from evalpkg.pipeline.tracking import BREAKDOWN_TABLE
 from evalpkg.runconfig import RunConfig
 from evalpkg.settings import Settings
-from evalpkg.sql.executor import Fetched, run_on
+from evalpkg.sql.executor import run_on
+from evalpkg.sql.gold import GOLD_TIMEOUT_MS, agent_connection, gold_runner
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release, worlds
-from evalpkg.testset.gold import GOLD_TIMEOUT_MS, agent_connection, gold_executor
-from evalpkg.testset.models import Complexity, Language, Task
 from evalpkg.testset.traps import perturb_sql
 from tests.pipeline.helpers import imperfections, run_agent
 from tests.pipeline.report_helpers import chunks, instance_table
@@ -65,122 +62,22 @@ def test_gold_agent_scores_100_percent_with_full_process_scores(
     assert all(scored.table[f"type.{t}"]["accuracy"] == 1.0 for t in {s.type for s in scored.scores})
 
 
-def _integer(v: Any) -> bool:
-    if isinstance(v, Decimal):
-        return isinstance(v.as_tuple().exponent, int) and v.as_tuple().exponent >= 0
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _reference_equal(
-    a: list[tuple[Any, ...]], b: list[tuple[Any, ...]], rel_tol: float, ordered: bool, ties: list[int] | None = None
-) -> bool:
-    """A careful, independent reference: same column order (perturbations keep it), rows in order where
-    the task says order matters (a ranking asked as names only) and sorted otherwise, integers exact,
-    other numbers with the task's relative tolerance; NULL equals only NULL. `ties`: the tie group of
-    each of b's rows (rows its ORDER BY leaves tied may come in any order; grading/ties.py says which
-    rows tie and is tested on its own)."""
-
-    def key(row: tuple[Any, ...]) -> tuple[str, ...]:
-        return tuple("" if v is None else f"{v}" for v in row)
-
-    def in_order(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        if not ordered:
-            return sorted(rows, key=key)
-        if ties is None:
-            return rows
-        return [r for _, r in sorted(zip(ties, rows, strict=True), key=lambda p: (p[0], key(p[1])))]
-
-    if len(a) != len(b):
-        return False
-    for x, y in zip(in_order(a), in_order(b), strict=True):
-        for u, v in zip(x, y, strict=True):
-            if u is None or v is None or isinstance(u, str) or isinstance(v, str):
-                if str(u) != str(v):
-                    return False
-            elif _integer(u) and _integer(v):  # counts and ids: exact, tolerance is for fractions
-                if u != v:
-                    return False
-            elif not math.isclose(float(u), float(v), rel_tol=rel_tol, abs_tol=1e-9):
-                return False
-    return True
-
-
-def _without_empty_groups(
-    rows: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], limited: bool
-) -> list[tuple[Any, ...]]:
-    """The rows without those of a group the gold does not list whose numbers are all 0 or NULL: a group the
-    question covers with nothing in it (the department with no stay that a LEFT JOIN lists with 0), which
-    SPEC §9 lets an answer add or leave out, except in a top N (a LIMIT keeps its N)."""
-
-    def labels(row: tuple[Any, ...]) -> tuple[Any, ...]:
-        return tuple(v for v in row if isinstance(v, str))
-
-    def empty(row: tuple[Any, ...]) -> bool:
-        numbers = [v for v in row if not isinstance(v, str)]
-        return bool(numbers) and all(v is None or v == 0 for v in numbers)
-
-    listed = {labels(r) for r in gold}
-    if limited or len(rows) <= len(gold):
-        return rows
-    return [r for r in rows if not (empty(r) and labels(r) not in listed)]
-
-
-def _asked(result: Fetched, asked: list[str] | None) -> list[tuple[Any, ...]] | None:
-    """The result on the columns the variant asks for (None: it lacks one), as the variant is graded."""
-    return _project(result.columns, result.rows, asked)
-
-
-def _project(columns: list[str], rows: list[Any], asked: list[str] | None) -> list[tuple[Any, ...]] | None:
-    if asked is None:
-        return [tuple(r) for r in rows]
-    names = [c.lower() for c in columns]
-    if not all(c.lower() in names for c in asked):
-        return None
-    keep = [names.index(c.lower()) for c in asked]
-    return [tuple(row[i] for i in keep) for row in rows]
-
-
-PERTURBATIONS = ["wrong_time_field", "dropped_null_handling", "wrong_column"]
-
-
-def reference_reads(
-    conn: Any, ties: GoldCache, task: Task, changed: str
-) -> tuple[bool, tuple[list[tuple[Any, ...]] | None, list[list[tuple[Any, ...]] | None]]]:
-    """Whether the independent reference calls `changed` (a perturbed gold) right for the zh/plain variant, the
-    one the perturbation runs, and what it read: the perturbed rows and each gold's (benchmarks/random_keys.py
-    asks the same over random keys)."""
-    asked = task.graded_columns(Language.zh, Complexity.plain)
-    perturbed = _asked(run_on(conn, changed, timeout_ms=GOLD_TIMEOUT_MS, row_cap=None), asked)
-    tol, ordered = task.result.numeric_tolerance, task.result.order_matters
-    # each gold, and where its LIMIT cuts a tie each choice of the tied rows, with its tie groups
-    choices = [(ties.get(g)[0], o) for g in task.gold_sql for o in ties.acceptable(g, ordered)]
-    golds = [(_project(columns, o.rows, asked), o.groups) for columns, o in choices]
-    limited = any(re.search(r"\blimit\b", g, re.IGNORECASE) for g in task.gold_sql)
-    right = perturbed is not None and any(
-        g is not None and _reference_equal(_without_empty_groups(perturbed, g, limited), g, tol, ordered, groups)
-        for g, groups in golds
-    )
-    return right, (perturbed, [g for g, _ in golds])
-
-
-@pytest.mark.parametrize("kind", PERTURBATIONS)
+@pytest.mark.parametrize("kind", SQL_PERTURBATIONS)
 def test_perturbation_agents_fail_exactly_where_they_should(synced: SyncReport, generated: Settings, kind: str) -> None:
     tasks = release.load(generated.tasks_dir).by_id()
     expected_wrong = set()
     results: dict[str, tuple[Any, Any]] = {}  # task -> (perturbed, golds) as the reference read them
-    executor = gold_executor(generated)
-    ties = GoldCache(executor)
-    with agent_connection(generated) as conn:
+    with gold_runner(generated) as golds:
+        cache = GoldCache(golds)
         for task in tasks.values():
             if not task.gold_sql:
                 continue
             changed = perturb_sql(task.gold_sql[0], kind)
             if changed == task.gold_sql[0]:
                 continue
-            right, results[task.id] = reference_reads(conn, ties, task, changed)
+            right, results[task.id] = reference_reads(cache, task, changed)
             if not right:
                 expected_wrong.add(task.id)
-    executor.close()
     assert expected_wrong, f"{kind} changes no result: the perturbation is not testing anything"
     _, scored = run_agent(generated, f"perturb:{kind}", languages=["zh"], complexities=["plain"])
     wrong = {s.task_id for s in scored.scores if not s.correct}

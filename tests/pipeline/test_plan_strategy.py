@@ -1,4 +1,4 @@
-"""The plan strategy (seed 001) end to end: the gold agent submits every task's gold plan through the
+"""The plan strategy end to end: the gold agent submits every task's gold plan through the
 catalog functions and submit_plan and scores full marks; a plan with a defect fails exactly where the
 same defect in SQL fails; an openai agent's plan goes through the real loop, tools, compiler, executor
 and scorer."""

@@ -12,8 +12,8 @@ from evalpkg.grading.execution import GoldCache, execution_match
 from evalpkg.pipeline.score import InstanceScore, score_instance
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor
+from evalpkg.sql.gold import GoldRunner, gold_runner
 from evalpkg.sync.runner import SyncReport
-from evalpkg.testset.gold import gold_executor
 from evalpkg.testset.models import Task
 
 GOLD = "select diabetics, treated, pct from coverage"
@@ -90,7 +90,7 @@ def score(
         final_answer=answer,
         final_sql="agent sql" if pred is not None else None,
     )
-    return score_instance(task, traj, 0, GoldCache(executor), executor)
+    return score_instance(task, traj, 0, GoldCache(GoldRunner(executor)))
 
 
 @pytest.mark.parametrize(
@@ -226,10 +226,10 @@ def test_a_prediction_is_run_once_and_a_gold_text_not_again(
     sql: str | None, runs: list[str], status: str, why: str
 ) -> None:
     executor = Counting({GOLD: (COLUMNS, [ROW]), "agent sql": (COLUMNS, [ROW])})
-    gold = GoldCache(cast(ReadOnlyExecutor, executor))
+    gold = GoldCache(GoldRunner(cast(ReadOnlyExecutor, executor)))
     task = make_task()
     for _ in range(3):  # repeats send the same query
-        result = execution_match(task, sql, gold, cast(ReadOnlyExecutor, executor))
+        result = execution_match(task, sql, gold)
     assert executor.ran == runs, why
     assert result[:2] == (status, status == "success"), why
 
@@ -243,12 +243,9 @@ def test_a_prediction_that_is_another_golds_text_keeps_the_decimals_its_query_wr
     before, this = "select round(5.8, 2) as m", "select round(5.812, 2) as m"
     task = make_task(["m"], {level: ["m"] for level in ASKS}, gold=[this], points=1)
     task = task.model_copy(update={"result": task.result.model_copy(update={"numeric_tolerance": 0.001})})
-    executor = gold_executor(generated)
-    try:
-        fresh, graded_before = GoldCache(executor), GoldCache(executor)
+    with gold_runner(generated) as fresh_runner, gold_runner(generated) as before_runner:
+        fresh, graded_before = GoldCache(fresh_runner), GoldCache(before_runner)
         graded_before.get(before)  # the turn before was graded on this cache
         for gold in (fresh, graded_before):
-            assert execution_match(task, before, gold, executor, ["m"])[:2] == ("success", False)
-        assert execution_match(task, "select 5.8 as m", fresh, executor, ["m"])[1]  # one decimal: read at one
-    finally:
-        executor.close()
+            assert execution_match(task, before, gold, ["m"])[:2] == ("success", False)
+        assert execution_match(task, "select 5.8 as m", fresh, ["m"])[1]  # one decimal: read at one

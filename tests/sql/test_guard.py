@@ -11,7 +11,8 @@ import pytest
 
 from evalpkg.agent import tools
 from evalpkg.sql import executor, fingerprint, guard
-from evalpkg.testset import gold, refresh
+from evalpkg.sql.gold import GoldError, GoldRunner
+from evalpkg.testset import refresh
 from tests.agent.test_guards import hostile_corpus
 
 # Hostile statements the parse guard lets through because the database refuses them: the agents'
@@ -126,11 +127,17 @@ ACCEPTED = [
 ]
 
 
-class NoConnection:
+class NoDatabase(executor.ReadOnlyExecutor):
     """A refused gold must never reach the database."""
 
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"the database was used ({name}) for a statement the guard refuses")
+    def __init__(self) -> None:
+        super().__init__("postgresql://nowhere.invalid/none")
+
+    def _sessions(self) -> Any:
+        raise AssertionError("the database was used for a statement the guard refuses")
+
+
+NOWHERE = GoldRunner(NoDatabase())
 
 
 def agent_accepts(sql: str) -> bool:
@@ -166,8 +173,8 @@ def test_hostile_corpus_same_verdict_everywhere(sql: str) -> None:
     expected = sql in DATABASE_REFUSES  # accepted here only where the database refuses it
     assert verdicts(sql) == dict.fromkeys(verdicts(sql), expected), (sql, DATABASE_REFUSES.get(sql, "refused"))
     if not expected:
-        with pytest.raises(gold.GoldError, match="not one read-only query"):
-            gold.run_gold(NoConnection(), sql)  # type: ignore[arg-type]
+        with pytest.raises(GoldError, match="not one read-only query"):
+            NOWHERE.result(sql)
 
 
 @pytest.mark.parametrize(("sql", "says", "why"), REFUSED, ids=[why for *_, why in REFUSED])
@@ -175,8 +182,8 @@ def test_named_cases_are_refused_everywhere(sql: str, says: str, why: str) -> No
     assert not any(verdicts(sql).values()), (why, verdicts(sql))
     with pytest.raises(guard.SqlRefused, match=re.escape(says)):
         tools.check(sql)
-    with pytest.raises(gold.GoldError, match=f"not one read-only query: .*{re.escape(says)}"):
-        gold.run_gold(NoConnection(), sql)  # type: ignore[arg-type]
+    with pytest.raises(GoldError, match=f"not one read-only query: .*{re.escape(says)}"):
+        NOWHERE.result(sql)
 
 
 @pytest.mark.parametrize(("sql", "why"), ACCEPTED, ids=[why for _, why in ACCEPTED])

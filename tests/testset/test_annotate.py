@@ -10,11 +10,11 @@ import pytest
 
 from evalpkg.errors import DataError, UsageError
 from evalpkg.settings import PROJECT_ROOT, Settings
+from evalpkg.sql.gold import agent_connection, gold_runner
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import annotate, release
 from evalpkg.testset.annotate import Annotation, Written
 from evalpkg.testset.build import fill, load_templates
-from evalpkg.testset.gold import agent_connection
 from evalpkg.testset.models import Annotator, Task
 from evalpkg.testset.params import domains
 
@@ -143,11 +143,11 @@ FOLLOWUP_TEMPLATE = "fu_admissions_year"
 @pytest.fixture(scope="module")
 def followup_tasks(synced: SyncReport, generated: Settings) -> list[Task]:
     """The tasks of one three-turn follow-up template, filled on the test snapshot as build fills them."""
-    with agent_connection(generated) as conn:
-        with conn.transaction():
-            domain = domains(conn)
-        [template] = [t for t in load_templates(FOLLOWUP_FILE).templates if t.id == FOLLOWUP_TEMPLATE]
-        made, _ = fill(conn, template, domain, seed=1, seen=set())
+    with agent_connection(generated) as conn, conn.transaction():
+        domain = domains(conn)
+    [template] = [t for t in load_templates(FOLLOWUP_FILE).templates if t.id == FOLLOWUP_TEMPLATE]
+    with gold_runner(generated) as golds:
+        made, _ = fill(golds, template, domain, seed=1, seen=set())
     assert made and all(t.graded_turns() == [0, 1, 2] for t in made)
     return made
 

@@ -8,9 +8,9 @@ import pytest
 
 from evalpkg.grading import cross, execution
 from evalpkg.settings import PROJECT_ROOT, Settings
+from evalpkg.sql.gold import gold_runner
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import audit, release
-from evalpkg.testset.gold import gold_executor
 from evalpkg.testset.models import Task
 from tests.testset.test_models_and_fingerprints import task_dict
 
@@ -55,11 +55,8 @@ def _audit(settings: Settings) -> dict[str, audit.TransformResult]:
     tasks = release.load(COMMITTED, latest).tasks
     held = {t.provenance.template_id for t in tasks}
     tasks += [t for t in release.load(COMMITTED, previous).tasks if t.provenance.template_id not in held]
-    executor = gold_executor(settings)
-    try:
-        return {r.name: r for r in audit.audit(tasks, executor)}
-    finally:
-        executor.close()
+    with gold_runner(settings) as golds:
+        return {r.name: r for r in audit.audit(tasks, golds)}
 
 
 def test_the_scorer_accepts_every_layout_and_rejects_every_mutation(synced: SyncReport, generated: Settings) -> None:

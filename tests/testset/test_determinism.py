@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from evalpkg.settings import Settings
+from evalpkg.sql.gold import gold_runner
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import determinism
-from evalpkg.testset.gold import agent_connection, run_gold
 from evalpkg.testset.models import Task
 from tests.testset.test_models_and_fingerprints import task_dict
 
@@ -53,9 +53,9 @@ def test_determinism_check(
 ) -> None:
     answer_points: list[dict[str, Any]] = [{"kind": "number", "row": r, "col": c} for r, c in points]
     task = Task.model_validate(task_dict(gold_sql=[sql], answer_points=answer_points))
-    with agent_connection(generated) as conn:
-        rows = run_gold(conn, sql)
-        ordering, undetermined = determinism.check(task, sql, rows, lambda probe: run_gold(conn, probe))
+    with gold_runner(generated) as golds:
+        rows = golds.result(sql).rows
+        ordering, undetermined = determinism.check(task, sql, rows, lambda probe: golds.result(probe).rows)
     found = ordering + undetermined
     if problem is None:
         assert found == []
@@ -77,10 +77,10 @@ def test_a_point_past_the_end_of_a_list_the_data_may_shorten_is_absent_not_undet
     sql = f"{BY_DEPT} having count(*) > 1e9 order by n desc, ksdm limit 5"
     points: list[dict[str, Any]] = [{"kind": "number", "row": 0, "col": 1}]
     task = Task.model_validate(task_dict(gold_sql=[sql], answer_points=points, maintenance_notes=notes))
-    with agent_connection(generated) as conn:
-        rows = run_gold(conn, sql)
+    with gold_runner(generated) as golds:
+        rows = golds.result(sql).rows
         assert rows == []
-        assert determinism.check(task, sql, rows, lambda probe: run_gold(conn, probe)) == ([], problems)
+        assert determinism.check(task, sql, rows, lambda probe: golds.result(probe).rows) == ([], problems)
 
 
 def test_probe_keeps_outputs_first_and_drops_limit() -> None:

@@ -13,9 +13,9 @@ import pytest
 
 from evalpkg.errors import ConfigError, DataError
 from evalpkg.settings import Settings
+from evalpkg.sql.gold import GoldRunner, gold_runner
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import adjudicate, build, refresh_checks, release, worlds
-from evalpkg.testset.gold import GoldRunner, agent_connection
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Task
 from evalpkg.testset.validate import validate
@@ -63,8 +63,8 @@ def broken(case: str, sql: str, overrides: dict[str, Any]) -> Task:
 
 @pytest.fixture(scope="module")
 def golds(synced: SyncReport, generated: Settings) -> Iterator[GoldRunner]:
-    with agent_connection(generated) as conn:
-        yield GoldRunner(conn)
+    with gold_runner(generated) as runner:
+        yield runner
 
 
 @pytest.mark.parametrize(("case", "sql", "overrides", "code", "why"), BROKEN, ids=IDS)

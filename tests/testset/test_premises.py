@@ -11,7 +11,6 @@ import pytest
 from evalpkg.sql.executor import QueryFailed, QueryResult
 from evalpkg.sql.parse import parse_statement
 from evalpkg.testset import build, premises, release
-from evalpkg.testset.gold import GoldResult
 from evalpkg.testset.models import Premise, Task
 from evalpkg.testset.params import Value, _month
 from tests.testset.test_models_and_fingerprints import task_dict
@@ -343,10 +342,10 @@ class Returning:
     """A gold source whose every query (the determinism probe too) returns `rows`, named as the SQL's outputs."""
 
     def __init__(self, rows: list[tuple[Any, ...]]) -> None:
-        self.rows = rows
+        self.rows = [list(r) for r in rows]  # as a runner returns them
 
-    def result(self, sql: str) -> GoldResult:
-        return GoldResult([e.alias_or_name for e in parse_statement(sql).expressions], self.rows)
+    def result(self, sql: str) -> QueryResult:
+        return result([e.alias_or_name for e in parse_statement(sql).expressions], self.rows)
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import pytest
 from evalpkg.agent.policies import perturbation_policy
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint
+from evalpkg.sql.gold import gold_runner
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release, traps
 from evalpkg.testset.models import Tag, Task
@@ -212,7 +213,7 @@ def test_the_perturbation_agent_sends_the_mutation() -> None:
 
 def test_a_tagged_task_without_gold_is_not_applicable_not_passed() -> None:
     task = Task.model_validate(task_dict(answerable=False, gold_sql=[], tags=["unanswerable", "soft_delete"]))
-    [outcome] = traps.measure([task], executor=None)  # type: ignore[arg-type]  # nothing is run
+    [outcome] = traps.measure([task], golds=None)  # type: ignore[arg-type]  # nothing is run
     assert outcome.status == "not_applicable" and "no gold SQL" in outcome.detail
 
 
@@ -264,7 +265,8 @@ WHY = {
 def test_traps_bite_where_they_should(synced: SyncReport, generated: Settings) -> None:
     from evalpkg.testset.validate import discrimination
 
-    _, outcomes, _ = discrimination(generated, [t for t, _ in WORLD])
+    with gold_runner(generated) as golds:
+        outcomes, _ = discrimination(golds, [t for t, _ in WORLD])
     got = {o.task_id.split("-")[1]: o for o in outcomes}
     for task, expected in WORLD:
         key = task.id.split("-")[1]

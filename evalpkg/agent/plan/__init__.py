@@ -1,4 +1,4 @@
-"""The plan strategy (seed 001): the model emits a structured plan of semantic steps, a deterministic
+"""The plan strategy: the model emits a structured plan of semantic steps, a deterministic
 compiler checks it against the catalog and turns it into SQL; gold plans come from the gold SQL."""
 
 from evalpkg.agent.plan.compiler import compile_plan

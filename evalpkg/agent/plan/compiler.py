@@ -1,4 +1,4 @@
-"""The deterministic plan compiler (seed 001 §2.2): a plan's steps, checked rule by rule, become one
+"""The deterministic plan compiler: a plan's steps, checked rule by rule, become one
 SQL statement. The first broken rule is reported with the step that breaks it:
 
 R1 a plan starts with one SCAN          R2 tables and names exist, once each    R3 columns exist

@@ -226,6 +226,14 @@ def _negated(node: exp.Expr, e: dict[str, Any], *, flip: bool = False) -> dict[s
 
 
 def _function(node: exp.Expr) -> dict[str, Any]:
+    """A function or operator node as the plan grammar writes it, read by kind (in this order)."""
+    for read in (_aggregate, _subquery, _conditional, _temporal, _scalar):
+        if (found := read(node)) is not None:
+            return found
+    raise Untranslatable(f"{type(node).__name__} ({node.sql(dialect=DIALECT)[:60]})")
+
+
+def _aggregate(node: exp.Expr) -> dict[str, Any] | None:
     if isinstance(node, exp.Filter):
         e = _expr(node.this)
         if "agg" not in e:
@@ -247,12 +255,20 @@ def _function(node: exp.Expr) -> dict[str, Any]:
         if ordered.args.get("desc"):
             raise Untranslatable("a descending percentile")
         return {"agg": "percentile", "p": _value(node.this.this), "of": _expr(ordered.this)}
+    return None
+
+
+def _subquery(node: exp.Expr) -> dict[str, Any] | None:
     if isinstance(node, exp.Exists):
         return {"exists": _plan(node.this, exists=True).model_dump(exclude_defaults=True)}
     if isinstance(node, exp.Subquery):
         if node.sql(dialect=DIALECT).lower() == "(select pinned_now from meta.snapshot)":
             return {"now": "snapshot"}
         return {"scalar": _plan(node.this).model_dump(exclude_defaults=True)}
+    return None
+
+
+def _conditional(node: exp.Expr) -> dict[str, Any] | None:
     if isinstance(node, exp.Case):
         cases = [[_expr(i.this), _expr(i.args["true"])] for i in node.args["ifs"]]
         default = node.args.get("default")
@@ -261,6 +277,11 @@ def _function(node: exp.Expr) -> dict[str, Any]:
         cases = [[_expr(node.this), _expr(node.args["true"])]]
         default = node.args.get("false")
         return {"when": cases} | ({"else": _expr(default)} if default is not None else {})
+    return None
+
+
+def _temporal(node: exp.Expr) -> dict[str, Any] | None:
+    """Casts (a date literal among them), intervals, truncation, formatting and parts of a time."""
     if isinstance(node, exp.Cast):
         kind = node.to.this.name
         if kind in ("DATE", "TIMESTAMP") and isinstance(node.this, exp.Literal) and node.this.is_string:
@@ -281,6 +302,10 @@ def _function(node: exp.Expr) -> dict[str, Any]:
         return {"format": fmt, "of": _expr(node.this)}
     if isinstance(node, exp.Extract):
         return {"part": node.this.name.lower(), "of": _expr(node.expression)}
+    return None
+
+
+def _scalar(node: exp.Expr) -> dict[str, Any] | None:
     if isinstance(node, exp.Grouping):
         (inner,) = node.expressions
         return {"is_total": _expr(inner)}
@@ -293,4 +318,4 @@ def _function(node: exp.Expr) -> dict[str, Any]:
         return {"fn": type(node).__name__.lower(), "args": [_expr(node.this), *map(_expr, node.expressions)]}
     if type(node) in FUNCTIONS:
         return {"fn": FUNCTIONS[type(node)], "args": [_expr(node.this)]}
-    raise Untranslatable(f"{type(node).__name__} ({node.sql(dialect=DIALECT)[:60]})")
+    return None

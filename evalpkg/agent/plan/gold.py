@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 from evalpkg.agent.plan.compiler import compile_plan
 from evalpkg.agent.plan.from_sql import Untranslatable, plan_from_sql
 from evalpkg.errors import PlanError
-from evalpkg.grading.execution import GoldCache, gold_match, run_prediction
+from evalpkg.grading.execution import GoldCache, gold_match
 
 if TYPE_CHECKING:
     from evalpkg.agent.plan.model import Plan
     from evalpkg.agent.schema import Catalog
-    from evalpkg.sql.executor import ReadOnlyExecutor
+    from evalpkg.sql.gold import GoldRunner
     from evalpkg.testset.models import Task
 
 
@@ -38,9 +38,9 @@ def gold_plan(task: Task) -> Plan:
     return plan_from_sql(task.gold_sql[0])
 
 
-def check_gold_plans(tasks: list[Task], catalog: Catalog, executor: ReadOnlyExecutor) -> list[GoldPlanCheck]:
+def check_gold_plans(tasks: list[Task], catalog: Catalog, golds: GoldRunner) -> list[GoldPlanCheck]:
     """One check per answerable task: the plan exists, compiles and its result matches a gold."""
-    gold = GoldCache(executor)
+    gold = GoldCache(golds)
     checks = []
     for task in (t for t in tasks if t.gold_sql):
         plan = sql = None
@@ -52,7 +52,7 @@ def check_gold_plans(tasks: list[Task], catalog: Catalog, executor: ReadOnlyExec
         except PlanError as exc:
             reason = f"the plan does not compile: {exc}"
         else:
-            prediction = run_prediction(sql, executor)
+            prediction = gold.prediction(sql)
             if prediction.status == "failure":
                 reason = "the compiled SQL fails on the snapshot"
             else:

@@ -1,4 +1,4 @@
-"""The plan object of the plan strategy (seed 001): semantic steps, no SQL keywords. A model writes it,
+"""The plan object of the plan strategy: semantic steps, no SQL keywords. A model writes it,
 `compile_plan` turns it into SQL deterministically, `plan_from_sql` derives the gold plans.
 
 Expressions (in `expr`, `condition`, `only`, `on`) are small JSON objects, one form each:

@@ -1,4 +1,5 @@
-"""The command line as a new user meets it: real subprocesses, one-line errors, exit codes."""
+"""The embedded services as a new user meets them through the command line: real subprocesses, up, status and
+down, one-line errors, exit codes."""
 
 from __future__ import annotations
 
