@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from evalpkg.errors import PlanError
+from evalpkg.grading.periods import DAY
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,7 +34,7 @@ PARTS = {"year", "quarter", "month", "day", "dow", "hour", "epoch"}
 CASTS = {"int": "int", "integer": "int", "bigint": "bigint", "numeric": "numeric", "float": "float8"}
 CASTS |= {"text": "text", "date": "date", "timestamp": "timestamp"}
 INTERVAL = re.compile(r"^\d+ (year|month|week|day|hour|minute)s?$")
-DATE = re.compile(r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2})?)?$")
+DATE = re.compile(DAY.pattern + r"( \d{2}:\d{2}(:\d{2})?)?")  # a day, or a time of one
 DATE_FORMAT = re.compile(r"^[YMDQHI0-9 :/-]{1,20}$")
 MAX_DEPTH = 24
 
@@ -260,7 +261,7 @@ class Expressions:
         return Compiled("(select pinned_now from meta.snapshot)", False)
 
     def date(self, e: dict[str, Any], scope: Scope, at: str, depth: int) -> Compiled:
-        if not isinstance(e["date"], str) or not DATE.match(e["date"]):
+        if not isinstance(e["date"], str) or not DATE.fullmatch(e["date"]):
             raise PlanError(f"R15 {at}: date {e['date']!r} is not YYYY-MM-DD")
         kind = "timestamp" if " " in e["date"] else "date"
         return Compiled(f"{kind} '{e['date']}'", False)
