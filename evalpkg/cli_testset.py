@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from evalpkg import cli_review
-from evalpkg.errors import DataError
+from evalpkg.errors import DataError, UsageError
 from evalpkg.progress import to_stderr
 from evalpkg.settings import Settings, get_settings
 
@@ -366,6 +366,27 @@ def diff(a: str, b: str) -> None:
         for tid, why in items.items():
             typer.echo(f"{title:<8} {tid}  {why}")
     to_stderr(f"{a} -> {b}: {len(changes.added)} added, {len(changes.changed)} changed, {len(changes.removed)} removed")
+
+
+@app.command()
+def changes(
+    version: Annotated[str | None, typer.Argument(help="e.g. v7; default: latest")] = None,
+    kind: Annotated[str | None, typer.Option(help="only these: added, changed or removed")] = None,
+) -> None:
+    """A release's per-task records (tasks/<version>/changes.json): each task it added, changed or removed,
+    and why."""
+    from evalpkg.testset import release
+
+    if kind is not None and kind not in release.KINDS:
+        raise UsageError(f"--kind: must be {', '.join(release.KINDS[:-1])} or {release.KINDS[-1]}, got {kind!r}")
+    tasks_dir = get_settings().tasks_dir
+    record = release.read_changes(tasks_dir, version or release.latest(tasks_dir))
+    entry = record.change_set()
+    for each in release.KINDS:
+        for tid, why in entry.of_kind(each).items() if kind in (None, each) else ():
+            typer.echo(f"{each:<8} {tid}  {why}")
+    counts = ", ".join(f"{len(entry.of_kind(each))} {each}" for each in release.KINDS)
+    to_stderr(f"{record.version} ({record.released}): {counts}")
 
 
 @app.command()

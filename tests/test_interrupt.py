@@ -374,7 +374,8 @@ def released_in_full(tasks_dir: Path, version: str, base_count: int, candidates:
     rel = release.load(tasks_dir, version)  # verifies every sha256
     assert rel.manifest.task_count == len(rel.tasks) == base_count + candidates
     assert len(release.changelog_entry(tasks_dir, version).added) == candidates
-    assert (tasks_dir / release.CHANGELOG).read_text(encoding="utf-8").count(f"\n## {version} (") == 1
+    changelog = (tasks_dir / release.CHANGELOG).read_text(encoding="utf-8")
+    assert changelog.count(f"\n## {version} (") == 1 and f"]({version}/{release.CHANGES})" in changelog
     assert {c.released_in for _, c in load_queue_at(tasks_dir)} == {version}
     assert not [p.name for p in tasks_dir.iterdir() if p.name.startswith(".")]  # no temp dir or file
 
@@ -457,7 +458,9 @@ def test_release_killed_between_its_rename_and_its_changelog_gets_the_entry_next
     assert (tasks_dir / version).is_dir()
     assert (tasks_dir / release.CHANGELOG).read_text(encoding="utf-8") == changelog  # the entry is missing
     release.recover(tasks_dir)  # what the next `testset release` (or any release write) does first
-    assert release.changelog_entry(tasks_dir, version).changed == {base.tasks[0].id: "why"}
+    assert release.changelog_entry(tasks_dir, version).changed == {base.tasks[0].id: "why"}  # in the release dir
+    after = (tasks_dir / release.CHANGELOG).read_text(encoding="utf-8")
+    assert after.count(f"\n## {version} (") == 1 and f"]({version}/{release.CHANGES})" in after  # and linked
     assert not [p.name for p in tasks_dir.iterdir() if p.name.startswith(".")]
 
 

@@ -1,4 +1,5 @@
-"""Releases on disk: tasks/<version>/tasks/*.json + MANIFEST.json (sha256 per file) + CHANGELOG.md."""
+"""Releases on disk: tasks/<version>/tasks/*.json + MANIFEST.json (sha256 per file) + changes.json (the
+per-task records), and CHANGELOG.md (the prose, one section per release)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import re
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from evalpkg.errors import DataError, EvalpkgError
 from evalpkg.interrupts import held_interrupts
@@ -19,6 +20,10 @@ from evalpkg.testset.models import Task
 MANIFEST = "MANIFEST.json"
 CHANGELOG = "CHANGELOG.md"
 MANIFEST_FORMAT_VERSION = 1
+CHANGES = "changes.json"
+CHANGES_FORMAT_VERSION = 1
+Kind = Literal["added", "changed", "removed"]
+KINDS: tuple[Kind, ...] = ("added", "changed", "removed")
 VERSION_RE = re.compile(r"^v(\d+)$")
 
 M = TypeVar("M", bound=BaseModel)
@@ -52,6 +57,35 @@ class ChangeSet:
 
     def empty(self) -> bool:
         return not (self.added or self.changed or self.removed)
+
+    def of_kind(self, kind: Kind) -> dict[str, str]:
+        return {"added": self.added, "changed": self.changed, "removed": self.removed}[kind]
+
+
+class Changes(BaseModel):
+    """tasks/<version>/changes.json: what the release added, changed and removed, task by task, and why.
+    Beside MANIFEST.json and not listed in it: the manifest lists the task files, so a release re-made from
+    its source (migrate, reselect) has the same manifest whatever its reasons say."""
+
+    format_version: int = CHANGES_FORMAT_VERSION
+    version: str
+    released: str
+    added: dict[str, str] = Field(default_factory=dict)  # task id -> why
+    changed: dict[str, str] = Field(default_factory=dict)
+    removed: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, version: str, released: str, changes: ChangeSet) -> Changes:
+        return cls(
+            version=version,
+            released=released,
+            added=dict(sorted(changes.added.items())),
+            changed=dict(sorted(changes.changed.items())),
+            removed=dict(sorted(changes.removed.items())),
+        )
+
+    def change_set(self) -> ChangeSet:
+        return ChangeSet(added=dict(self.added), changed=dict(self.changed), removed=dict(self.removed))
 
 
 def sha256(path: Path) -> str:
@@ -155,7 +189,7 @@ def load(tasks_dir: Path, version: str | None = None, *, verify: bool = True) ->
 
 
 def write(tasks_dir: Path, version: str, tasks: list[Task], snapshot_version: str, changes: ChangeSet) -> Release:
-    """Write a complete release, or nothing: tasks and manifest go to a hidden temp dir and the new
+    """Write a complete release, or nothing: tasks, manifest and changes.json go to a hidden temp dir and the new
     CHANGELOG to a temp file; then the dir is renamed into place and the CHANGELOG replaced, with
     Ctrl-C held between the two. A process killed between them leaves the temp CHANGELOG, which the
     next `recover` (run first by every write) puts in place."""
@@ -179,6 +213,8 @@ def write(tasks_dir: Path, version: str, tasks: list[Task], snapshot_version: st
             files=files,
         )
         (staging / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        record = Changes.of(version, manifest.released, changes)  # in the dir: it lands with the release
+        (staging / CHANGES).write_text(record.model_dump_json(indent=2) + "\n", encoding="utf-8")
         changelog.write_text(_changelog_with(tasks_dir, version, manifest.released, changes), encoding="utf-8")
         with held_interrupts():
             staging.rename(root)
@@ -236,30 +272,36 @@ def first_released_in(tasks_dir: Path) -> dict[str, str]:
 
 
 def _changelog_with(tasks_dir: Path, version: str, released: str, changes: ChangeSet) -> str:
-    """The CHANGELOG with this version's section on top."""
+    """The CHANGELOG with this version's section on top: its counts and a link to its per-task records (the
+    prose goes above them, by `add_changelog_summary`)."""
     path = tasks_dir / CHANGELOG
-    lines = [f"## {version} ({released})", ""]
-    for title, items in (("Added", changes.added), ("Changed", changes.changed), ("Removed", changes.removed)):
-        if items:
-            lines += [f"### {title}", *[f"- `{tid}`: {reason}" for tid, reason in sorted(items.items())], ""]
-    old = path.read_text(encoding="utf-8") if path.exists() else "# Test set changelog\n\n"
-    head, _, rest = old.partition("\n\n")
-    return f"{head}\n\n" + "\n".join(lines) + "\n" + rest
+    lines = [f"## {version} ({released})", "", counts_line(version, changes), ""]
+    old = path.read_text(encoding="utf-8") if path.exists() else "# Test set changelog\n"
+    at = old.find("\n## ") + 1  # above the newest section: the title and what the file holds stay on top
+    head, rest = (old[:at], old[at:]) if at else (old.rstrip("\n") + "\n\n", "")
+    return (head + "\n".join(lines) + "\n" + rest).rstrip("\n") + "\n"
+
+
+def counts_line(version: str, changes: ChangeSet) -> str:
+    counts = ", ".join(f"{kind} {len(changes.of_kind(kind))}" for kind in KINDS)
+    return f"Tasks {counts} ([per-task changes]({version}/{CHANGES}))."
+
+
+def read_changes(tasks_dir: Path, version: str) -> Changes:
+    """One release's per-task records, from its changes.json."""
+    read_manifest(tasks_dir / version / MANIFEST)  # an unknown release says so, as every command does
+    path = tasks_dir / version / CHANGES
+    if not path.is_file():
+        raise DataError(f"{path}: per-task changes not found")
+    record = read_model(Changes, path)
+    if record.version != version:
+        raise DataError(f"{path}: field version: {record.version!r}, expected {version!r}")
+    return record
 
 
 def changelog_entry(tasks_dir: Path, version: str) -> ChangeSet:
-    """Parse one version's section back (used by tests and `testset diff`)."""
-    text = (tasks_dir / CHANGELOG).read_text(encoding="utf-8")
-    section = text.split(f"## {version} ", 1)[1].split("\n## ", 1)[0]
-    out = ChangeSet()
-    current: dict[str, str] | None = None
-    for line in section.splitlines():
-        if line.startswith("### "):
-            current = {"Added": out.added, "Changed": out.changed, "Removed": out.removed}[line[4:].strip()]
-        elif line.startswith("- `") and current is not None:
-            tid, reason = line[3:].split("`: ", 1)
-            current[tid] = reason
-    return out
+    """One release's added/changed/removed tasks with their reasons, from its changes.json."""
+    return read_changes(tasks_dir, version).change_set()
 
 
 def diff(a: Release, b: Release) -> ChangeSet:
@@ -277,7 +319,8 @@ def diff(a: Release, b: Release) -> ChangeSet:
 
 
 def add_changelog_summary(tasks_dir: Path, version: str, text: str) -> None:
-    """The why and the counts, as a paragraph under the version's heading (the per-task lines stay parseable)."""
+    """The why, as a paragraph under the version's heading (above its counts and link, and above any paragraph
+    an earlier step of the same release wrote)."""
     path = tasks_dir / CHANGELOG
     old = path.read_text(encoding="utf-8")
     heading = next(line for line in old.splitlines() if line.startswith(f"## {version} "))

@@ -1,4 +1,4 @@
-"""Releases on disk: manifests catch tampering, errors name the file and field, CHANGELOG and diff."""
+"""Releases on disk: manifests catch tampering, errors name the file and field, changes.json, CHANGELOG and diff."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_changelog_and_diff(tasks_dir: Path) -> None:
         removed={"st-sample-003": "duplicate of st-sample-002"},
     )
     release.write(tasks_dir, "v2", [changed, v1.tasks[1], new], "snap-2", changes)
-    assert release.changelog_entry(tasks_dir, "v2").added == {new.id: "from ticket #7"}
+    assert release.changelog_entry(tasks_dir, "v2") == changes
     assert release.changelog_entry(tasks_dir, "v1").added == {"st-sample-001": "x"}
     d = release.diff(v1, release.load(tasks_dir, "v2"))
     assert (list(d.added), list(d.changed), list(d.removed)) == ([new.id], [changed.id], ["st-sample-003"])
@@ -103,3 +103,74 @@ def test_a_template_that_left_rejoins_the_next_reselection_with_its_count_unless
     assert templates[for_good].left and not templates[returning].left
     assert joining_templates(tmp_path, without, "v3") == {returning: templates[returning].count}
     assert joining_templates(tmp_path, kept, "v3") == {}  # held by the source: it keeps its tasks' number
+
+
+def test_a_release_writes_its_per_task_records_beside_its_manifest_and_the_changelog_links_them(
+    tasks_dir: Path,
+) -> None:
+    v1 = release.load(tasks_dir, "v1")
+    changes = release.ChangeSet(
+        added={"st-sample-004": "from ticket #7"},
+        changed={"st-sample-002": "reworded", "st-sample-001": "notes"},
+        removed={"st-sample-003": "duplicate of st-sample-002"},
+    )
+    new = make_tasks(4)[3]
+    rel = release.write(tasks_dir, "v2", [v1.tasks[0], v1.tasks[1], new], "snap-2", changes)
+    record = release.Changes.model_validate_json((tasks_dir / "v2" / release.CHANGES).read_text(encoding="utf-8"))
+    assert (record.format_version, record.version, record.released) == (1, "v2", rel.manifest.released)
+    assert record.change_set() == changes and list(record.changed) == sorted(changes.changed)
+    assert release.CHANGES not in rel.manifest.files and release.load(tasks_dir, "v2").tasks == rel.tasks
+    text = (tasks_dir / release.CHANGELOG).read_text(encoding="utf-8")
+    assert text.startswith("# Test set changelog\n\n## v2 (") and text.count("\n## ") == 2
+    assert "Tasks added 1, changed 2, removed 1 ([per-task changes](v2/changes.json))." in text
+    assert not [line for line in text.splitlines() if line.startswith("- `")]  # no per-task line: they are in JSON
+    release.add_changelog_summary(tasks_dir, "v2", "Why v2.")
+    section = (tasks_dir / release.CHANGELOG).read_text(encoding="utf-8").split("## v2 ", 1)[1].split("\n## ")[0]
+    assert section.splitlines()[1:5] == ["", "Why v2.", "", release.counts_line("v2", changes)]
+
+
+def test_the_changelog_keeps_its_introduction_above_the_newest_release(tasks_dir: Path) -> None:
+    path = tasks_dir / release.CHANGELOG
+    path.write_text(path.read_text(encoding="utf-8").replace("\n\n", "\n\nWhat this file holds.\n\n", 1))
+    release.write(tasks_dir, "v2", make_tasks(3), "snap-2", release.ChangeSet())
+    text = path.read_text(encoding="utf-8")
+    assert text.index("What this file holds.") < text.index("## v2 (") < text.index("## v1 (")
+
+
+def test_per_task_records_name_the_file_that_is_missing_or_wrong(tasks_dir: Path) -> None:
+    path = tasks_dir / "v1" / release.CHANGES
+    path.write_text(path.read_text(encoding="utf-8").replace('"version": "v1"', '"version": "v7"'))
+    with pytest.raises(DataError, match=r"v1/changes.json: field version: 'v7', expected 'v1'"):
+        release.changelog_entry(tasks_dir, "v1")
+    path.write_text("{}")
+    with pytest.raises(DataError, match=r"v1/changes.json: field version: Field required"):
+        release.changelog_entry(tasks_dir, "v1")
+    path.unlink()
+    with pytest.raises(DataError, match=r"v1/changes.json: per-task changes not found"):
+        release.changelog_entry(tasks_dir, "v1")
+    with pytest.raises(DataError, match=r"v9/MANIFEST.json: release manifest not found"):
+        release.changelog_entry(tasks_dir, "v9")
+
+
+SCREEN = 5000  # characters of one release's section: about 40 lines of 120 columns
+
+
+def test_the_committed_changelog_is_prose_and_each_release_has_its_per_task_records() -> None:
+    """Every release's changes.json agrees with the manifests (added: new task files, removed: gone, changed:
+    in both); the CHANGELOG has a section per release, at most a screen, with its counts and link, and no
+    per-task line."""
+    committed = PROJECT_ROOT / "tasks"
+    text = (committed / release.CHANGELOG).read_text(encoding="utf-8")
+    assert not [line for line in text.splitlines() if line.startswith("- `")]
+    before: set[str] = set()
+    for version in release.versions(committed):
+        record = release.read_changes(committed, version)
+        manifest = release.read_manifest(committed / version / release.MANIFEST)
+        ids = {Path(rel).stem for rel in manifest.files}
+        assert record.released == manifest.released, version
+        assert (set(record.added), set(record.removed)) == (ids - before, before - ids), version
+        assert set(record.changed) <= ids & before, version
+        section = text.split(f"\n## {version} ({record.released})\n", 1)[1].split("\n## ", 1)[0]
+        assert release.counts_line(version, record.change_set()) in section, version
+        assert len(section) <= SCREEN, f"{version}: {len(section)} characters, more than a screen"
+        before = ids
