@@ -117,3 +117,39 @@ def test_tests_mirror_the_package() -> None:
     assert mirrored - packages == {"dags"}, "tests/<folder>/ for no package (dags/ is mirrored too)"
     empty = [d for d in sorted(mirrored) if not list((PROJECT_ROOT / "tests" / d).glob("test_*.py"))]
     assert empty == [], "a test folder without tests"
+
+
+def _refresh_cycle_commands() -> list[str]:
+    """The `evalpkg testset ...` lines of docs/refresh.md's fenced blocks under "## The cycle", in page order."""
+    text = (PROJECT_ROOT / "docs" / "refresh.md").read_text(encoding="utf-8")
+    cycle = text.split("\n## The cycle\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", cycle, flags=re.S)
+    return [line for block in blocks for line in block.splitlines() if line.startswith("evalpkg testset ")]
+
+
+# What a refresh cycle needs, in its order: a wording is approved before the second annotator writes from it,
+# the agreement is measured before the task is approved, the dry run comes before the release.
+REFRESH_STEPS: tuple[tuple[str, Any], ...] = (
+    ("mine the month", lambda c: c.startswith("evalpkg testset refresh --month")),
+    ("show a candidate", lambda c: c.startswith("evalpkg testset review") and "--show" in c),
+    ("approve its wordings", lambda c: c.startswith("evalpkg testset review") and "--wordings" in c),
+    ("measure the second annotation", lambda c: c.startswith("evalpkg testset annotate --queue")),
+    (
+        "approve the task",
+        lambda c: (
+            c.startswith("evalpkg testset review") and "--reviewer" in c and not re.search(r"--wording|--reject", c)
+        ),
+    ),
+    ("dry run the release", lambda c: c == "evalpkg testset release --dry-run"),
+    ("release", lambda c: c == "evalpkg testset release"),
+)
+
+
+def test_the_refresh_guide_gives_the_steps_in_the_cycles_order() -> None:
+    lines = _refresh_cycle_commands()
+    firsts = []
+    for step, is_step in REFRESH_STEPS:
+        at = next((i for i, line in enumerate(lines) if is_step(line)), None)
+        assert at is not None, f"docs/refresh.md's cycle has no command to {step}"
+        firsts.append((at, step))
+    assert [s for _, s in sorted(firsts)] == [s for s, _ in REFRESH_STEPS], f"out of order: {lines}"
