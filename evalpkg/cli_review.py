@@ -30,10 +30,16 @@ def refresh(
         str | None, typer.Option(help="OpenAI-compatible base URL of the model that drafts the wordings")
     ] = None,
     model: Annotated[str | None, typer.Option(help="the drafting model's name (with --endpoint)")] = None,
+    reference_worlds: Annotated[
+        bool,
+        typer.Option(help="check each candidate in the six reference worlds as the release will (built if missing)"),
+    ] = True,
 ) -> None:
     """Mine a month of query tickets into the review queue (idempotent): each a task with outputs, answer
-    points and tags, its wordings drafted (by the model at --endpoint, else from the ticket) for review."""
+    points and tags, its wordings drafted (by the model at --endpoint, else from the ticket) for review.
+    Prints each dropped ticket with its reason, each trap tag removed, and the candidates queued before."""
     from evalpkg.grading.periods import MONTH
+    from evalpkg.testset import worlds
     from evalpkg.testset.refresh import refresh as run
 
     if not MONTH.fullmatch(month):
@@ -47,7 +53,12 @@ def refresh(
 
         drafter = ModelDrafter(ModelClient(endpoint, max_retries=1), model)
     try:
-        run(get_settings(), month, drafter=drafter, auto_approve=auto_approve, progress=to_stderr)
+        reference = worlds.WORLDS if reference_worlds else ()
+        report = run(
+            get_settings(), month, drafter=drafter, auto_approve=auto_approve, reference=reference, progress=to_stderr
+        )
+        for line in report.details():
+            typer.echo(line)
     finally:
         if drafter is not None:
             drafter.client.close()

@@ -20,11 +20,12 @@ from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint, guard
 from evalpkg.sql.gold import GoldError, GoldRunner, agent_connection, gold_runner
-from evalpkg.testset import release, ticket_task, traps
+from evalpkg.testset import release, ticket_task, traps, worlds
 from evalpkg.testset.annotate import Annotation, measure_tasks
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Task
-from evalpkg.testset.refresh_release import recover_release, release_approved, release_queue
+from evalpkg.testset.refresh_checks import findings
+from evalpkg.testset.refresh_release import MINED_IN_WORLDS, recover_release, release_approved, release_queue
 from evalpkg.testset.review_queue import (
     Candidate,
     Decision,
@@ -44,8 +45,11 @@ class RefreshReport:
     month: str
     tickets: int = 0
     added: list[str] = field(default_factory=list)
+    queued: list[str] = field(default_factory=list)  # candidates this month's tickets made already: unchanged
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> count
     dropped_tickets: dict[int, str] = field(default_factory=dict)  # ticket id -> why it was not queued
+    tags_dropped: dict[str, list[str]] = field(default_factory=dict)  # candidate -> each trap tag removed, why
+    reference_worlds: int = 0  # how many reference worlds the candidates were checked in
     drafted_by_model: int = 0
     draft_failures: list[str] = field(default_factory=list)  # the model's, one line each
 
@@ -53,14 +57,46 @@ class RefreshReport:
         drops = ", ".join(f"{n} {why}" for why, n in sorted(self.dropped.items())) or "none"
         model = f"; wordings drafted by the model for {self.drafted_by_model}" if self.drafted_by_model else ""
         failed = f" ({len(self.draft_failures)} drafts failed: {self.draft_failures[0]})" if self.draft_failures else ""
+        queued = f", {len(self.queued)} already in the queue (unchanged)" if self.queued else ""
+        worlds_checked = (
+            f" (checked in {self.reference_worlds} reference worlds)"
+            if self.reference_worlds
+            else " (no reference worlds checked)"
+        )
         return (
-            f"refresh {self.month}: {self.tickets} tickets, {len(self.added)} new candidates{model}{failed}; "
-            f"dropped: {drops}"
+            f"refresh {self.month}: {self.tickets} tickets, {len(self.added)} new candidates{worlds_checked}{queued}"
+            f"{model}{failed}; dropped: {drops}"
         )
 
-    def drop(self, why: str, ticket_id: int) -> None:
+    def details(self) -> list[str]:
+        """One line per candidate queued before, per ticket dropped (with its reason) and per tag dropped."""
+        return [
+            *(f"in the queue already, unchanged: {tid}" for tid in self.queued),
+            *(f"dropped ticket #{tid}: {why}" for tid, why in sorted(self.dropped_tickets.items())),
+            *(f"{tid}: {note}" for tid, notes in self.tags_dropped.items() for note in notes),
+        ]
+
+    def drop(self, why: str, ticket_id: int, detail: str = "") -> None:
+        """Count `why` (the reason's kind) and keep it for the ticket with its `detail`."""
         self.dropped[why] = self.dropped.get(why, 0) + 1
-        self.dropped_tickets[ticket_id] = why
+        self.dropped_tickets[ticket_id] = f"{why} ({detail})" if detail else why
+
+
+@dataclass(frozen=True)
+class Ticket:
+    id: int
+    created: datetime
+    request: str
+    sql: str
+
+
+@dataclass
+class Mined:
+    """A ticket that passed the checks on its own, as a candidate, and how sturdy its answer is."""
+
+    ticket: Ticket
+    candidate: Candidate
+    sturdiness: float  # the smallest number of its answer (a count of 42 outlasts one of 10 in another world)
 
 
 def _month_bounds(month: str) -> tuple[date, date]:
@@ -76,15 +112,24 @@ def ticket_sql_accepted(sql: str) -> bool:
     return guard.is_single_select(sql)
 
 
-def covered_patterns(settings: Settings, queue: list[Candidate]) -> set[str]:
-    """The shapes (SQL without its literals: the same tables, filters and measure) a new ticket would
-    repeat: every released task's, and every candidate's still in the running (a rejected or refused one
-    covers nothing, so a better ticket of its shape is mined)."""
-    patterns = {c.pattern for c in queue if c.status != "rejected"}
+def covered_questions(settings: Settings, queue: list[Candidate]) -> dict[str, str]:
+    """The questions (fingerprint.question: the same tables, filters, measure and the same drug, code,
+    department or threshold literals; another period is the same question) a new ticket would repeat, each
+    with who asks it: every released task, and every candidate still in the running (a rejected or refused
+    one covers nothing, so a ticket asking the same is mined)."""
+    owners: dict[str, str] = {}
     if release.versions(settings.tasks_dir):
         for task in release.load(settings.tasks_dir).tasks:
-            patterns.update(fingerprint.pattern(sql) for sql in task.gold_sql)
-    return patterns
+            for sql in task.gold_sql:
+                owners.setdefault(fingerprint.question(sql), f"released task {task.id}")
+    for c in queue:
+        if c.status != "rejected":
+            owners.setdefault(fingerprint.question(c.task.gold_sql[0]), _owner(c))
+    return owners
+
+
+def _owner(cand: Candidate) -> str:
+    return f"ticket #{cand.ticket_id}, candidate {cand.task.id}"
 
 
 def _now() -> str:
@@ -97,63 +142,129 @@ def refresh(
     *,
     drafter: ticket_task.ModelDrafter | None = None,
     auto_approve: bool = False,
+    reference: tuple[worlds.World, ...] = (),
     progress: Progress = quiet,
 ) -> RefreshReport:
-    """Mine a month of done tickets into the queue; `drafter`: the model that drafts the wordings."""
+    """Mine a month of done tickets into the queue; `drafter`: the model that drafts the wordings;
+    `reference`: the worlds each candidate is checked in as the release will check it (the CLI's default:
+    worlds.WORLDS; none: not checked, the release still checks).
+
+    Idempotent: a ticket queued before (whatever became of it) is reported as queued, and every other
+    ticket meets the same checks in the same order, so a rerun with nothing changed queues nothing and
+    drops the same tickets for the same reasons."""
     start, end = _month_bounds(month)
-    report = RefreshReport(month)
+    report = RefreshReport(month, reference_worlds=len(reference))
     queue = [c for _, c in load_queue(settings)]
-    seen = covered_patterns(settings, queue)
-    mined = {c.ticket_id for c in queue}  # whatever became of them, decisions stay
+    owners = covered_questions(settings, queue)
+    queued = {c.ticket_id: c for c in queue}  # whatever became of them, decisions stay
     tickets = done_tickets(settings, start, end)
+    report.tickets = len(tickets)
     with agent_connection(settings) as conn:
         meanings = ticket_task.dictionary(conn)
+    mined: list[Mined] = []
     with gold_runner(settings) as golds:
-        report.tickets = len(tickets)
-        for ticket_id, created, request, sql in tickets:
-            if not ticket_sql_accepted(sql):
-                report.drop("not one read-only query", ticket_id)
-                continue
-            pat = fingerprint.pattern(sql)
-            if pat in seen or ticket_id in mined:
-                report.drop("already covered", ticket_id)
-                continue
-            try:
-                got = golds.result(sql)
-            except GoldError:
-                report.drop("SQL fails on the snapshot", ticket_id)
-                continue
-            rows, columns = got.rows, got.columns
-            if not rows:
-                report.drop("no rows", ticket_id)
-                continue
-            if not ticket_task.answer_points(rows):  # e.g. an average over no admissions: one NULL row
-                report.drop("no number in the result to check", ticket_id)
-                continue
-            if ticket_task.all_zero(rows):
-                report.drop("its answer is 0 on the snapshot: a query that finds nothing would agree", ticket_id)
-                continue
-            if why := ticket_task.withdrawn_threshold(sql):
-                report.drop(f"a withdrawn threshold: {why}", ticket_id)
-                continue
-            cand = _candidate(report, drafter, month, ticket_id, created, request, sql, rows, columns, meanings)
-            if problems := check_golds(cand.task, golds):  # the checks a release holds it to, here first
-                report.drop(f"its gold does not hold on the snapshot ({problems[0].code.replace('_', ' ')})", ticket_id)
-                continue
-            cand = cand.model_copy(update={"pattern": pat, "task": biting_tags_only(cand.task, golds)})
-            if auto_approve:  # the task decision only: its wordings still need a reviewer
-                note = "synthetic ticket, approved by --auto-approve"
-                cand.decisions.append(
-                    Decision(decision="approve", reviewer="auto", role="generator", at=_now(), note=note)
-                )
-            save(queue_dir(settings) / month / f"{cand.task.id}.json", cand)
-            seen.add(pat)
-            report.added.append(cand.task.id)
+        for ticket in tickets:
+            if ticket.id in queued:
+                report.queued.append(queued[ticket.id].task.id)
+            elif found := _mine(report, golds, ticket, owners, drafter, month, meanings):
+                mined.append(found)
+    held = _in_worlds(settings, report, mined, reference, progress)
+    # of two tickets asking the same question, the sturdier is kept, whichever was mined first
+    for m in sorted(held, key=lambda m: (-m.sturdiness, m.ticket.id)):
+        key = fingerprint.question(m.ticket.sql)
+        if key in owners:
+            report.drop("already covered", m.ticket.id, f"the same question as {owners[key]}")
+            continue
+        cand = m.candidate.model_copy(update={"pattern": key})
+        if auto_approve:  # the task decision only: its wordings still need a reviewer
+            note = "synthetic ticket, approved by --auto-approve"
+            cand.decisions.append(Decision(decision="approve", reviewer="auto", role="generator", at=_now(), note=note))
+        save(queue_dir(settings) / month / f"{cand.task.id}.json", cand)
+        owners[key] = _owner(cand)
+        report.added.append(cand.task.id)
     progress(report.summary())
     return report
 
 
-def done_tickets(settings: Settings, start: date, end: date) -> list[tuple[int, datetime, str, str]]:
+def _mine(
+    report: RefreshReport,
+    golds: GoldRunner,
+    ticket: Ticket,
+    owners: dict[str, str],
+    drafter: ticket_task.ModelDrafter | None,
+    month: str,
+    meanings: ticket_task.Meanings,
+) -> Mined | None:
+    """The ticket as a candidate that holds on the snapshot, or None with the reason reported. The answer
+    is checked before the repeat test: a ticket whose answer is NULL or 0 is dropped for that."""
+    tid, sql = ticket.id, ticket.sql
+    if not ticket_sql_accepted(sql):
+        report.drop("not one read-only query", tid)
+        return None
+    if why := ticket_task.relative_anchor(ticket.request, sql, ticket.created):
+        report.drop("a relative period on a fixed date", tid, why)
+        return None
+    try:
+        got = golds.result(sql)
+    except GoldError:
+        report.drop("SQL fails on the snapshot", tid)
+        return None
+    rows, columns = got.rows, got.columns
+    points = ticket_task.answer_points(rows)
+    if not rows:
+        report.drop("no rows", tid)
+    elif not points:  # e.g. an average over no admissions: one NULL row
+        report.drop("no number in the result to check", tid, "its answer is NULL on the snapshot")
+    elif ticket_task.all_zero(rows):
+        report.drop("its answer is 0 on the snapshot: a query that finds nothing would agree", tid)
+    elif why := ticket_task.withdrawn_threshold(sql):
+        report.drop(f"a withdrawn threshold: {why}", tid)
+    elif (key := fingerprint.question(sql)) in owners:
+        report.drop("already covered", tid, f"the same question as {owners[key]}")
+    else:
+        cand = _candidate(report, drafter, month, tid, ticket.created, ticket.request, sql, rows, columns, meanings)
+        if problems := check_golds(cand.task, golds):  # the checks a release holds it to, here first
+            report.drop(f"its gold does not hold on the snapshot ({problems[0].code.replace('_', ' ')})", tid)
+            return None
+        task = biting_tags_only(cand.task, golds)
+        sturdy = min(abs(float(rows[p.row or 0][p.col or 0])) for p in points)  # number points have both
+        return Mined(ticket, cand.model_copy(update={"task": task}), sturdy)
+    return None
+
+
+def _in_worlds(
+    settings: Settings,
+    report: RefreshReport,
+    mined: list[Mined],
+    reference: tuple[worlds.World, ...],
+    progress: Progress,
+) -> list[Mined]:
+    """The mined candidates that hold in every reference world, as the release will check them: one whose
+    gold or premise fails there is dropped with the reason; a trap tag that does not bite in a world is
+    removed from the candidate and noted (its gold holds), never a reason to drop it."""
+    if not reference or not mined:
+        return mined
+    found = findings(settings, [m.candidate.task for m in mined], reference, progress=progress)
+    held = []
+    for m in mined:
+        task = m.candidate.task
+        if fails := [f.message for f in found[task.id] if f.tag is None]:
+            report.drop("fails in a reference world", m.ticket.id, fails[0])
+            continue
+        missed = {f.tag: f.message for f in reversed(found[task.id]) if f.tag is not None}  # the first per tag
+        notes = [f"tag {tag} dropped: {why}" for tag, why in sorted(missed.items())]
+        if notes:
+            report.tags_dropped[task.id] = notes
+        kept = [t for t in task.tags if t not in missed]
+        checked = f"{MINED_IN_WORLDS} ({len(reference)} checked)"
+        update = {"tags": kept, "maintenance_notes": "; ".join([task.maintenance_notes, *notes, checked])}
+        held.append(
+            Mined(m.ticket, m.candidate.model_copy(update={"task": task.model_copy(update=update)}), m.sturdiness)
+        )
+    return held
+
+
+def done_tickets(settings: Settings, start: date, end: date) -> list[Ticket]:
     """The month's done tickets, read as the curator: the agents' role cannot read the ticket log, whose
     SQL is the gold of every task mined from it. A ticket's SQL then runs as an agent's query would."""
     with connect(settings.curator_url()) as conn:
@@ -162,7 +273,7 @@ def done_tickets(settings: Settings, start: date, end: date) -> list[tuple[int, 
             "where status = 'done' and created_at >= %s and created_at < %s order by ticket_id",
             (start, end),
         ).fetchall()
-    return [(int(i), c, str(r), str(q)) for i, c, r, q in rows]
+    return [Ticket(int(i), c, str(r), str(q)) for i, c, r, q in rows]
 
 
 def biting_tags_only(task: Task, golds: GoldRunner) -> Task:

@@ -6,6 +6,7 @@ every premise holds), in each world, each failure named with the world it failed
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
@@ -40,22 +41,38 @@ def _checked(task: Task) -> str:
     return f"{task.model_dump_json(include=CHECKED_FIELDS)} {task.provenance.template_id} {asks}"
 
 
+@dataclass(frozen=True)
+class Finding:
+    """One check a task failed in one world; `tag`: the trap tag that did not bite (None: the gold or a
+    premise, which no tag removal mends)."""
+
+    message: str
+    tag: str | None = None
+
+
 def _problems(
     settings: Settings, tasks: list[Task], reference: tuple[worlds.World, ...], progress: Progress
 ) -> dict[str, list[str]]:
-    problems: dict[str, list[str]] = {t.id: [] for t in tasks}
+    found = findings(settings, tasks, reference, progress=progress)
+    return {tid: [f.message for f in fs] for tid, fs in found.items()}
+
+
+def findings(
+    settings: Settings, tasks: list[Task], reference: tuple[worlds.World, ...], *, progress: Progress = quiet
+) -> dict[str, list[Finding]]:
+    """Task id -> every check it fails in each reference world (mining and the release read the same)."""
+    out: dict[str, list[Finding]] = {t.id: [] for t in tasks}
     if not tasks:
-        return problems
+        return out
     for world, scratch in worlds.each(settings, reference, progress=progress):
         where = f"in the reference world {world.label()}"
         with gold_runner(scratch) as golds:
             for task in tasks:
-                problems[task.id] += [f"{p.message} {where}" for p in check_golds(task, golds)]
+                out[task.id] += [Finding(f"{p.message} {where}") for p in check_golds(task, golds)]
             for outcome in traps.measure(tasks, golds):
                 if outcome.status != "bites":
-                    problems[outcome.task_id].append(
-                        f"trap {outcome.tag} {outcome.status.replace('_', ' ')} {where}: {outcome.detail}"
-                    )
+                    why = f"trap {outcome.tag} {outcome.status.replace('_', ' ')} {where}: {outcome.detail}"
+                    out[outcome.task_id].append(Finding(why, outcome.tag))
             for finding in premises.check(tasks, golds.result):
-                problems[finding.task_id].append(f"premise {finding.check} fails {where}: {finding.detail}")
-    return problems
+                out[finding.task_id].append(Finding(f"premise {finding.check} fails {where}: {finding.detail}"))
+    return out

@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -131,6 +131,50 @@ def withdrawn_threshold(sql: str) -> str | None:
         if code in strings and (hit := numbers & {float(v) for pair in cutoffs for v in pair}):
             return f"{code} cut-off {min(hit):g}: {why}"
     return None
+
+
+# "recent N months" and its kin in a request (zh and en), and an absolute period stated in it (a year or a month).
+RELATIVE_WORDS = re.compile(
+    r"(最近|近|过去)(半|一|两|三|[0-9]+)?个?(年|月|周|天)|最近|(recent|last|past)\s+\w*\s*(days?|weeks?|months?|years?)",
+    re.I,
+)
+ABSOLUTE_PERIOD = re.compile(r"[0-9]{4}\s*年|[0-9]{4}-[0-9]{2}|(19|20)[0-9]{2}\b")
+NOW_SQL = "pinned_now"  # the snapshot's now: (select pinned_now from meta.snapshot)
+ANCHOR_DAYS = 31  # a date this close to the ticket's own date is its "today"
+
+
+def relative_anchor(request: str, sql: str, created: datetime) -> str | None:
+    """Why a ticket's period is relative to the day it was asked (None: it is not): its request says "recent"
+    (or its SQL counts an interval back from a date within ANCHOR_DAYS of the ticket's) while the SQL pins a
+    fixed date instead of the snapshot's now, so the gold answers another period than the question on any
+    later snapshot. A request that states the absolute period (a year, a month) asks for that period."""
+    if ABSOLUTE_PERIOD.search(request) or NOW_SQL in sql.lower():
+        return None
+    tree = parse_statement(sql)
+    dates = [d for lit in tree.find_all(exp.Literal) if lit.is_string if (d := _date_of(str(lit.this)))]
+    if not dates:
+        return None
+    if words := RELATIVE_WORDS.search(request):
+        return (
+            f"{words.group(0)!r} counted from the fixed date {min(dates)}, not (select pinned_now from meta.snapshot)"
+        )
+    near = [
+        d
+        for iv in tree.find_all(exp.Interval)
+        if isinstance(iv.parent, exp.Sub | exp.Add)
+        for lit in iv.parent.find_all(exp.Literal)
+        if (d := _date_of(str(lit.this))) and abs((d - created.date()).days) <= ANCHOR_DAYS
+    ]
+    if near:
+        return f"an interval counted from {near[0]}, the ticket's own date, not (select pinned_now from meta.snapshot)"
+    return None
+
+
+def _date_of(text: str) -> date | None:
+    try:
+        return date.fromisoformat(text.strip()[:10])
+    except ValueError:
+        return None
 
 
 def rule_drafts(request: str) -> dict[Key, tuple[str, str]]:
