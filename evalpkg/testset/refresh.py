@@ -97,6 +97,8 @@ class Mined:
     ticket: Ticket
     candidate: Candidate
     sturdiness: float  # the smallest number of its answer (a count of 42 outlasts one of 10 in another world)
+    rows: list[list[Any]]
+    columns: list[str]
 
 
 def _month_bounds(month: str) -> tuple[date, date]:
@@ -166,7 +168,7 @@ def refresh(
         for ticket in tickets:
             if ticket.id in queued:
                 report.queued.append(queued[ticket.id].task.id)
-            elif found := _mine(report, golds, ticket, owners, drafter, month, meanings):
+            elif found := _mine(report, golds, ticket, owners, month, meanings):
                 mined.append(found)
     held = _in_worlds(settings, report, mined, reference, progress)
     # of two tickets asking the same question, the sturdier is kept, whichever was mined first
@@ -175,7 +177,7 @@ def refresh(
         if key in owners:
             report.drop("already covered", m.ticket.id, f"the same question as {owners[key]}")
             continue
-        cand = m.candidate.model_copy(update={"pattern": key})
+        cand = _drafted(report, drafter, m, meanings).model_copy(update={"pattern": key})
         if auto_approve:  # the task decision only: its wordings still need a reviewer
             note = "synthetic ticket, approved by --auto-approve"
             cand.decisions.append(Decision(decision="approve", reviewer="auto", role="generator", at=_now(), note=note))
@@ -191,7 +193,6 @@ def _mine(
     golds: GoldRunner,
     ticket: Ticket,
     owners: dict[str, str],
-    drafter: ticket_task.ModelDrafter | None,
     month: str,
     meanings: ticket_task.Meanings,
 ) -> Mined | None:
@@ -222,13 +223,13 @@ def _mine(
     elif (key := fingerprint.question(sql)) in owners:
         report.drop("already covered", tid, f"the same question as {owners[key]}")
     else:
-        cand = _candidate(report, drafter, month, tid, ticket.created, ticket.request, sql, rows, columns, meanings)
+        cand = _candidate(report, None, month, tid, ticket.created, ticket.request, sql, rows, columns, meanings)
         if problems := check_golds(cand.task, golds):  # the checks a release holds it to, here first
             report.drop(f"its gold does not hold on the snapshot ({problems[0].code.replace('_', ' ')})", tid)
             return None
         task = biting_tags_only(cand.task, golds)
         sturdy = min(abs(float(rows[p.row or 0][p.col or 0])) for p in points)  # number points have both
-        return Mined(ticket, cand.model_copy(update={"task": task}), sturdy)
+        return Mined(ticket, cand.model_copy(update={"task": task}), sturdy, rows, columns)
     return None
 
 
@@ -258,9 +259,8 @@ def _in_worlds(
         kept = [t for t in task.tags if t not in missed]
         checked = f"{MINED_IN_WORLDS} ({len(reference)} checked)"
         update = {"tags": kept, "maintenance_notes": "; ".join([task.maintenance_notes, *notes, checked])}
-        held.append(
-            Mined(m.ticket, m.candidate.model_copy(update={"task": task.model_copy(update=update)}), m.sturdiness)
-        )
+        cand = m.candidate.model_copy(update={"task": task.model_copy(update=update)})
+        held.append(Mined(m.ticket, cand, m.sturdiness, m.rows, m.columns))
     return held
 
 
@@ -290,6 +290,21 @@ def biting_tags_only(task: Task, golds: GoldRunner) -> Task:
             "maintenance_notes": f"{task.maintenance_notes}; {notes}",
         }
     )
+
+
+def _drafted(
+    report: RefreshReport, drafter: ticket_task.ModelDrafter | None, m: Mined, meanings: ticket_task.Meanings
+) -> Candidate:
+    """The candidate with its wordings drafted by the model: only for one that is queued (the checks read no
+    wording, so a ticket dropped on the way costs no draft)."""
+    if drafter is None:
+        return m.candidate
+    t = m.ticket
+    drafted = _candidate(
+        report, drafter, m.candidate.month, t.id, t.created, t.request, t.sql, m.rows, m.columns, meanings
+    )
+    task = m.candidate.task.model_copy(update={"variants": drafted.task.variants})
+    return m.candidate.model_copy(update={"task": task, "wordings": drafted.wordings})
 
 
 def _candidate(

@@ -20,7 +20,7 @@ from evalpkg.testset.refresh import load_queue, refresh, release_queue
 from evalpkg.testset.refresh_checks import Finding, findings
 from evalpkg.testset.review_queue import save
 from evalpkg.testset.ticket_task import relative_anchor
-from tests.testset.test_refresh_cycle import GOOD, add_ticket
+from tests.testset.test_refresh_cycle import GOOD, add_ticket, cli
 from tests.testset.test_refresh_quality import WORLD, make_ready, small  # noqa: F401  (the fixture)
 
 TAKERS = "select count(distinct patient_id) as patients from t_med_order where ypdm = '{}' and zfbz = 0"
@@ -71,6 +71,7 @@ def test_mining_tells_questions_apart_keeps_the_sturdier_and_is_idempotent(
         said: list[str] = []
         first = refresh(small, "2031-04", reference=(WORLD,), progress=said.append)
         again = refresh(small, "2031-04", reference=(WORLD,))
+        code, out, exc = cli(small, "refresh", "--month", "2031-04", "--no-reference-worlds")  # as a maintainer sees it
     finally:
         with connect(small.db_url(EVAL_DB)) as conn:
             conn.execute("delete from ops.query_ticket where ticket_id >= 9000000")
@@ -100,6 +101,10 @@ def test_mining_tells_questions_apart_keeps_the_sturdier_and_is_idempotent(
     assert again.added == [] and sorted(again.queued) == sorted(first.added)
     assert again.dropped_tickets == first.dropped_tickets
     assert "4 already in the queue (unchanged)" in again.summary()
+    assert code == 0, (out, exc)
+    for tid, why in first.dropped_tickets.items():
+        assert f"dropped ticket #{tid}: {why}" in out, out
+    assert all(f"in the queue already, unchanged: {t}" in out for t in first.added), out
 
     # a candidate mining passed that the release then refuses (here: its gold changed since) is said as such
     metformin = queue[ticket["metformin"]].task.id
