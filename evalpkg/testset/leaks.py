@@ -74,15 +74,18 @@ def _readable_text_columns(conn: psycopg.Connection) -> tuple[list[str], list[tu
     return tables, [(s, t, col) for s, t, col, is_text in rows if is_text]
 
 
-def _keyed(queries: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    exact: dict[str, str] = {}
-    shape: dict[str, str] = {}
+def _keyed(queries: dict[str, str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Each query's exact and literal-free fingerprints -> every owner that has it (several tickets may ask
+    the same shape: each one is named, not the first)."""
+    exact: dict[str, list[str]] = {}
+    shape: dict[str, list[str]] = {}
     for query, owner in queries.items():
         try:
-            exact.setdefault(fingerprint.exact(query), owner)
-            shape.setdefault(fingerprint.pattern(query), owner)
+            same, similar = fingerprint.exact(query), fingerprint.pattern(query)
         except SqlParseError:
             continue  # not a query the agents could be matched on
+        exact.setdefault(same, []).append(owner)
+        shape.setdefault(similar, []).append(owner)
     return exact, shape
 
 
@@ -104,8 +107,9 @@ def audit_agent_readable(settings: Settings, answers: dict[str, str]) -> LeakAud
                     same, similar = fingerprint.exact(text), fingerprint.pattern(text)
                 except SqlParseError:
                     continue
+                where = f"{schema}.{table}"
                 if same in exact:
-                    found.append(Leak(f"{schema}.{table}", column, exact[same], exact=True))
+                    found += [Leak(where, column, owner, exact=True) for owner in exact[same]]
                 elif similar in shape:
-                    found.append(Leak(f"{schema}.{table}", column, shape[similar], exact=False))
+                    found += [Leak(where, column, owner, exact=False) for owner in shape[similar]]
     return LeakAudit(tables, compared, found)

@@ -1,7 +1,7 @@
 """No answer key is readable by the agents: the ticket log (whose SQL is the gold of every task the
 refresh mines) is refused to their role and through their toolkit, other sessions' statements are
 refused, and an audit of every table the role reads finds no gold or ticket SQL; broken on purpose,
-the audit finds the leak."""
+the audit finds the leak. Every ticket that shares a stored example's shape is named, not the first."""
 
 from __future__ import annotations
 
@@ -54,3 +54,17 @@ def test_no_table_the_agents_read_holds_a_gold_or_a_ticket_sql(synced: SyncRepor
     leaked = {leak.table for leak in broken.leaks}
     assert leaked == {"ops.query_ticket"}
     assert any(leak.holds.startswith("SQL of ticket #") for leak in broken.leaks)
+
+
+def test_every_ticket_of_a_stored_examples_shape_is_listed(synced: SyncReport, generated: Settings) -> None:
+    examples = json.loads((PROJECT_ROOT / "evalpkg" / "prod" / "sql_examples.json").read_text(encoding="utf-8"))
+    example = examples[0]["sql"]  # outpatient visits of one department (ksdm '0102') in 2022
+    assert "ksdm = '0102'" in example
+    tickets = {example.replace("'0102'", f"'{dept}'"): f"SQL of ticket #{n}" for n, dept in enumerate(DEPTS, 1)}
+    audit = audit_agent_readable(generated, tickets)
+    assert audit.leaks == []  # other literals: a method, not an answer
+    named = sorted(leak.holds for leak in audit.similar if leak.table == "meta.sql_examples")
+    assert named == sorted(tickets.values()), audit.similar  # all three, each once
+
+
+DEPTS = ("0201", "0301", "0401")  # three tickets of the example's shape, other departments
