@@ -38,6 +38,7 @@ class Target(StrEnum):
     eval = "eval"
     results = "results"
     agent = "agent"
+    curator = "curator"
 
 
 @app.command()
@@ -71,16 +72,17 @@ def status() -> None:
 
 @app.command("db-url")
 def db_url(target: Target) -> None:
-    """Print a connection URL (psql "$(evalpkg db-url eval)")."""
+    """Print a connection URL (psql "$(evalpkg db-url eval)"); `agent` and `curator` (the refresh's ticket
+    miner) are the read-only roles on the eval DB, printed without their passwords (EVALPKG_AGENT_PASSWORD,
+    EVALPKG_CURATOR_PASSWORD)."""
 
     settings = get_settings()
-    database = {
-        Target.prod: PROD_DB,
-        Target.eval: EVAL_DB,
-        Target.results: RESULTS_DB,
-        Target.agent: EVAL_DB,
-    }[target]
-    typer.echo(settings.agent_url(with_password=False) if target is Target.agent else settings.db_url(database))
+    if target is Target.agent:
+        typer.echo(settings.agent_url(with_password=False))
+    elif target is Target.curator:
+        typer.echo(settings.curator_url(with_password=False))
+    else:
+        typer.echo(settings.db_url({Target.prod: PROD_DB, Target.eval: EVAL_DB, Target.results: RESULTS_DB}[target]))
 
 
 def _patients_in_range(value: int) -> int:

@@ -80,9 +80,9 @@ class Settings(BaseSettings):
         """The eval DB as the agents' read-only role: what agents, golds and the scorer query."""
         return with_user(self.db_url(EVAL_DB), AGENT_ROLE, self.agent_password if with_password else None)
 
-    def curator_url(self) -> str:
+    def curator_url(self, *, with_password: bool = True) -> str:
         """The eval DB as the read-only role that also reads the ticket log (the refresh's miner)."""
-        return with_user(self.db_url(EVAL_DB), CURATOR_ROLE, self.curator_password)
+        return with_user(self.db_url(EVAL_DB), CURATOR_ROLE, self.curator_password if with_password else None)
 
     @property
     def tracking_uri(self) -> str:
