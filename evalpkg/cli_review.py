@@ -13,6 +13,8 @@ from evalpkg.settings import get_settings
 
 if TYPE_CHECKING:
     from evalpkg.settings import Settings
+    from evalpkg.testset.refresh_release import QueueRelease
+    from evalpkg.testset.review_queue import Candidate
 
 
 def register(app: typer.Typer) -> None:
@@ -178,7 +180,8 @@ def _approve_wordings(
         if len(ids) != 1:
             raise UsageError("--wordings: name exactly one candidate")
         texts = _wordings_file(wordings_path)
-        for done in review_wordings(settings, ids[0], texts, reviewer, role):  # type: ignore[arg-type]
+        source = f"--wordings {wordings_path}"
+        for done in review_wordings(settings, ids[0], texts, reviewer, role, source=source):  # type: ignore[arg-type]
             to_stderr(f"{ids[0]} {done.key}: {'rewritten and ' if done.edited else ''}approved by {done.approved_by}")
     elif wording is not None:
         if len(ids) != 1:
@@ -196,6 +199,8 @@ def _record_decisions(settings: Settings, ids: list[str], approve: bool, reviewe
 
 
 def _wordings_file(path: str) -> dict[str, str | None]:
+    """The --wordings file; one that is not an object of texts is the option's error (exit 2), as a bad
+    option value is."""
     import json
     from pathlib import Path
 
@@ -205,12 +210,13 @@ def _wordings_file(path: str) -> dict[str, str | None]:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"--wordings {path}: cannot read it ({exc.strerror})") from exc
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"--wordings {path}: not JSON (line {exc.lineno}: {exc.msg})") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+        raise UsageError(f"--wordings {path}: not JSON ({where})") from exc
     if not isinstance(data, dict) or not data:
-        raise ConfigError(f'--wordings {path}: expected an object of wordings, e.g. {{"zh/plain": "..."}}')
+        raise UsageError(f'--wordings {path}: expected an object of wordings, e.g. {{"zh/plain": "..."}}')
     if bad := [k for k, v in data.items() if not (v is None or isinstance(v, str))]:
-        raise ConfigError(f"--wordings {path}: field {bad[0]}: must be the text or null, got {data[bad[0]]!r}")
+        raise UsageError(f"--wordings {path}: field {bad[0]}: must be the text or null, got {data[bad[0]]!r}")
     return data
 
 
@@ -230,16 +236,20 @@ def _show_candidates(settings: Settings, ids: list[str]) -> None:
         for o in t.outputs:
             typer.echo(f"  output {o.name} (column {o.column}): {o.meaning[Language.zh]} / {o.meaning[Language.en]}")
         typer.echo(f"  answer points: {len(t.answer_points)} number(s); tags: {', '.join(t.tags) or 'none'}")
-        second = c.second_annotation
-        typer.echo(
-            "  second annotation: "
-            + (f"{second.annotator.id}, agreement {second.agreement:.2f} ({second.detail})" if second else "none yet")
-        )
+        typer.echo(f"  second annotation: {_second_annotation(c)}")
         for v in t.variants:
             w = c.wording(f"{v.language.value}/{v.complexity.value}")
             state = f"approved by {w.approved_by}" if w and w.approved_by else "NOT APPROVED"
             origin = f"written by {w.approved_by}" if w and w.edited else f"drafted: {w.drafted_by if w else '?'}"
             typer.echo(f"  {v.language.value}/{v.complexity.value:<10} [{origin}; {state}] {v.text}")
+
+
+def _second_annotation(c: Candidate) -> str:
+    second = c.second_annotation
+    if second is None:
+        return "none yet"
+    measured = f"{second.annotator.id}, agreement {second.agreement:.2f} ({second.detail})"
+    return f"{measured}, VOID: {second.voided}; annotate it again" if second.voided else measured
 
 
 def _arbitrate(
@@ -312,7 +322,9 @@ def annotate(
 
 
 def release_cmd(
-    dry_run: Annotated[bool, typer.Option(help="list what would be released and refused, writing nothing")] = False,
+    dry_run: Annotated[
+        bool, typer.Option(help="say what would be released and refused, writing nothing; exits as the release would")
+    ] = False,
     strict: Annotated[
         bool, typer.Option(help="exit 1 when any candidate is refused, even if a version is written")
     ] = False,
@@ -329,14 +341,15 @@ def release_cmd(
     tasks_dir = settings.tasks_dir
     recover_release(settings)  # release_queue does too; first here, so that the next version is known
     version = release.next_version(tasks_dir)
-    if dry_run:
+    if dry_run:  # the release without the writing: its held and refused lines (said once, by release_queue), its exit
         out = release_queue(settings, dry_run=True, progress=to_stderr)
         for tid in out.passed:
             typer.echo(f"would release {tid} in {version}")
-        for line in out.lines():
-            typer.echo(f"would have {line}" if line.startswith("held") else f"would be {line}")
-        if not (out.passed or out.held or out.refused):
-            typer.echo("nothing approved to release")
+        if out.passed:
+            to_stderr(f"dry run: would release {version} with {len(out.passed)} new task(s); nothing written")
+        else:
+            to_stderr("nothing ready to release" if out.held or out.refused else "nothing approved to release")
+        _exit_on_refusals(out, strict, released=bool(out.passed))
         return
     # Ctrl-C: before the release dir is renamed into place nothing is left behind; from then on it waits
     # until the CHANGELOG and the review queue say so too.
@@ -351,8 +364,14 @@ def release_cmd(
         to_stderr(f"released {rel.version}: {len(rel.tasks)} tasks")
     else:
         to_stderr("nothing ready to release" if out.held or out.refused else "nothing approved to release")
-    if out.refused and (strict or rel is None):
-        tid, why = next(iter(out.refused.items()))
+    _exit_on_refusals(out, strict, released=rel is not None)
+
+
+def _exit_on_refusals(out: QueueRelease, strict: bool, *, released: bool) -> None:
+    """Exit 1 where candidates were refused and none released (with --strict: any refused); the dry run
+    exits as its release would. Each refusal was said above with its reason, so it is counted, not repeated."""
+    if out.refused and (strict or not released):
         raise DataError(
-            f"refused {len(out.refused)} candidate(s) that fail the reference-world checks; first {tid}: {why[0]}"
+            f"refused {len(out.refused)} candidate(s) that fail the reference-world checks (each said above, with "
+            f"why){'' if released else '; nothing released'}"
         )

@@ -32,6 +32,7 @@ from evalpkg.settings import EVAL_DB, PROD_DB, PROJECT_ROOT, RESULTS_DB, Setting
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset.models import Task
 from evalpkg.testset.refresh import Candidate, Decision
+from evalpkg.testset.review_queue import Wording
 from tests.conftest import free_port
 
 DOWN_PG = "postgresql://nobody@127.0.0.1:9/nowhere"  # nothing listens on the discard port
@@ -134,6 +135,7 @@ TASK_NOT_JSON = write(f"v1/tasks/{SOME_TASK}", '{"id": ')
 TASK_NOT_UTF8 = write(f"v1/tasks/{SOME_TASK}", b"\xff\xfe not text")
 MANIFEST_NOT_JSON = write("v1/MANIFEST.json", "{")
 QUEUE_NOT_JSON = write(f"review/{QUEUE_MONTH}/st-ticket_9999-001.json", "not json")
+WORDINGS = "testset review $pending --wordings $state/wordings.json"
 
 
 # --- ways to make a state directory unusable --------------------------------------------------
@@ -147,11 +149,16 @@ def state_is_a_file(scratch: Path) -> Path:
 
 def with_template_file(content: str) -> Callable[[Path], Path]:
     """A state directory holding templates.json (a draft template file for try-templates)."""
+    return with_state_file("templates.json", content)
+
+
+def with_state_file(name: str, content: str) -> Callable[[Path], Path]:
+    """A state directory holding one input file the case names as $state/<name>."""
 
     def make(scratch: Path) -> Path:
         path = scratch / "state"
         path.mkdir()
-        (path / "templates.json").write_text(content, encoding="utf-8")
+        (path / name).write_text(content, encoding="utf-8")
         return path
 
     return make
@@ -320,6 +327,15 @@ CASES = [
     bad("review-already-released-after-a-pending-one", "testset review $pending $released --reviewer ana --role dba",
         1, "already released, decisions are final: $released (in v1)"),
     bad("review-queue-file-not-json", "testset review", 1, "field (file): Invalid JSON", tasks=QUEUE_NOT_JSON),
+    # a file with some of the wordings would approve those by accident: all of them, or nothing written
+    bad("review-wordings-file-partial", f"{WORDINGS} --reviewer ana --role clinician", 2,
+        "holds 1 of the 6 wordings of $pending, without zh/colloquial, zh/technical, en/colloquial, en/plain, "
+        "en/technical (each its text, or null to keep the draft); nothing was approved",
+        state=with_state_file("wordings.json", '{"zh/plain": "How many inpatients are there now?"}')),
+    bad("review-wordings-file-not-json", f"{WORDINGS} --reviewer ana --role clinician", 2,
+        "--wordings $state/wordings.json: not JSON (line 1", state=with_state_file("wordings.json", '{"zh/plain": ')),
+    bad("review-wordings-file-not-an-object", f"{WORDINGS} --reviewer ana --role clinician", 2,
+        "expected an object of wordings", state=with_state_file("wordings.json", '["zh/plain"]')),
     bad("review-queue-decision-unknown-role", "testset review", 1, "field decisions.0.role",
         tasks=edit_candidate("approved", lambda c: c["decisions"][0].update(role="nurse"))),
     bad("release-unreachable-server", "testset release", 1, "cannot connect", env=DOWN),
@@ -438,9 +454,10 @@ class World:
 
 def candidate(task: Task, ticket: int, decisions: list[Decision], released_in: str | None = None) -> Candidate:
     new = task.model_copy(update={"id": f"st-ticket_{ticket}-001"})
+    drafts = [Wording(language=v.language, complexity=v.complexity, drafted_by="model m") for v in task.variants]
     return Candidate(
         month=QUEUE_MONTH, ticket_id=ticket, pattern=f"pattern {ticket}", task=new, decisions=decisions,
-        released_in=released_in,
+        released_in=released_in, wordings=drafts,
     )  # fmt: skip
 
 

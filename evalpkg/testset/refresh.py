@@ -370,15 +370,31 @@ def review_wording(
     settings: Settings, task_id: str, key: str, reviewer: str, role: Role, text: str | None = None
 ) -> Wording:
     """Approve one wording (`key`: language/complexity) as drafted, or with `text`, the reviewer's own."""
-    return review_wordings(settings, task_id, {key: text}, reviewer, role)[0]
+    path, cand = _queued(settings, [task_id])[task_id]
+    return _approve_all(path, cand, {key: text}, reviewer, role)[0]
 
 
 def review_wordings(
-    settings: Settings, task_id: str, texts: dict[str, str | None], reviewer: str, role: Role
+    settings: Settings,
+    task_id: str,
+    texts: dict[str, str | None],
+    reviewer: str,
+    role: Role,
+    *,
+    source: str = "--wordings",
 ) -> list[Wording]:
-    """Approve several wordings of one candidate at once (key -> the reviewer's text, or None: as drafted):
-    all of them, or none when one is refused."""
+    """Approve every wording of one candidate at once (key -> the reviewer's text, or None: as drafted): all
+    of them, or none when one is missing or refused (a file holding some would approve them by accident)."""
     path, cand = _queued(settings, [task_id])[task_id]
+    if missing := [w.key for w in cand.wordings if w.key not in texts]:
+        raise UsageError(
+            f"{source}: holds {len(texts)} of the {len(cand.wordings)} wordings of {task_id}, without "
+            f"{', '.join(missing)} (each its text, or null to keep the draft); nothing was approved"
+        )
+    return _approve_all(path, cand, texts, reviewer, role)
+
+
+def _approve_all(path: Path, cand: Candidate, texts: dict[str, str | None], reviewer: str, role: Role) -> list[Wording]:
     done = []
     for key, text in texts.items():
         cand, wording = _approved(cand, key, reviewer, role, text)
@@ -410,7 +426,12 @@ def _approved(cand: Candidate, key: str, reviewer: str, role: Role, text: str | 
     approved = wording.model_copy(update={"approved_by": f"{role} {reviewer}", "edited": text is not None})
     wordings = [approved if w.key == key else w for w in cand.wordings]
     task = cand.task.model_copy(update={"variants": variants})
-    return cand.model_copy(update={"task": task, "wordings": wordings}), approved
+    second = cand.second_annotation
+    if second and not second.voided and final != cand.task.question(wording.language, wording.complexity):
+        # the annotator read the questions as they were: the agreement stands again once annotated anew
+        why = f"{key} rewritten by {role} {reviewer} after it was measured"
+        second = second.model_copy(update={"voided": why})
+    return cand.model_copy(update={"task": task, "wordings": wordings, "second_annotation": second}), approved
 
 
 def annotate_queue(settings: Settings, annotation: Annotation, *, progress: Progress = quiet) -> list[Candidate]:

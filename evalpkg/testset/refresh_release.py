@@ -4,6 +4,7 @@ next version; one that fails there is refused, recorded in the queue with the wo
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,7 +14,7 @@ from evalpkg.settings import Settings
 from evalpkg.sql.gold import agent_connection, snapshot_version
 from evalpkg.testset import release, worlds
 from evalpkg.testset.models import Annotator, Review
-from evalpkg.testset.review_queue import Candidate, Decision, load_queue, save
+from evalpkg.testset.review_queue import Candidate, Decision, Wording, load_queue, save
 
 RELEASE_CHECKS = "release-checks"  # who refuses a candidate that fails in a reference world
 # In a candidate's maintenance notes: mining checked it in the reference worlds and it held in each.
@@ -40,6 +41,8 @@ def held_because(cand: Candidate) -> str | None:
     second = cand.second_annotation
     if second is None:
         return "no second annotation measured (`evalpkg testset annotate --queue --file ...`)"
+    if second.voided:
+        return f"the second annotation by {second.annotator.id} no longer stands ({second.voided}): annotate it again"
     if second.agreement < 1.0:
         return f"the second annotation by {second.annotator.id} disagrees ({second.detail}): fix or reject it"
     return None
@@ -133,10 +136,9 @@ def _write(
         annotators = [*cand.task.review.annotators, second.annotator, Annotator(role=d.role, id=d.reviewer)]
         review = Review(annotators=annotators, agreement=second.agreement, status="approved")
         new_tasks.append(cand.task.model_copy(update={"review": review}))
-        edited = sum(w.edited for w in cand.wordings)
         changes.added[cand.task.id] = (
             f"from query ticket #{cand.ticket_id} ({cand.month}), approved by {d.role} {d.reviewer}; "
-            f"{len(cand.wordings)} wordings approved ({edited} rewritten by a reviewer); second annotation by "
+            f"{len(cand.wordings)} wordings approved ({_origins(cand.wordings)}); second annotation by "
             f"{second.annotator.id}: agreement {second.agreement:.2f}; holds in the {worlds_checked} reference "
             "world(s) checked"
         )
@@ -144,3 +146,9 @@ def _write(
     for path, cand in passed:
         save(path, cand.model_copy(update={"released_in": version}))
     return rel
+
+
+def _origins(wordings: list[Wording]) -> str:
+    """Who wrote the wordings, counted: '1 drafted from the ticket, 5 written by a reviewer'."""
+    counts = Counter(w.origin for w in wordings)
+    return ", ".join(f"{n} {origin}" for origin, n in sorted(counts.items())) or "none"

@@ -12,6 +12,7 @@ from evalpkg.errors import DataError
 from evalpkg.settings import Settings
 from evalpkg.testset import release
 from evalpkg.testset.models import Annotator, Complexity, Language, Task
+from evalpkg.testset.ticket_task import NEEDS_WORDING
 
 Role = Literal["clinician", "analyst", "dba", "generator"]
 QUEUE_FORMAT_VERSION: Final = 2  # 2: wordings and the second annotation recorded; format 1 files load, nothing approved
@@ -38,6 +39,15 @@ class Wording(BaseModel):
     def key(self) -> str:
         return f"{self.language.value}/{self.complexity.value}"
 
+    @property
+    def origin(self) -> str:
+        """Who wrote the text approved, as the release's record says it."""
+        if self.edited:  # over a draft, or where there was none (the placeholder is no draft)
+            return "written by a reviewer" if self.drafted_by == NEEDS_WORDING else "rewritten by a reviewer"
+        if self.drafted_by == "ticket":
+            return "drafted from the ticket"
+        return "drafted by the model" if self.drafted_by.startswith("model ") else f"drafted: {self.drafted_by}"
+
 
 class SecondAnnotation(BaseModel):
     """A second annotator's SQL for the candidate, measured against its gold (annotate.measure_tasks)."""
@@ -48,6 +58,9 @@ class SecondAnnotation(BaseModel):
     detail: str
     snapshot_version: str
     measured_at: str
+    # Why the agreement no longer stands: a wording changed after it was measured (the annotator read the
+    # questions as they were). Empty: it stands; annotating again replaces it.
+    voided: str = ""
 
 
 class Candidate(BaseModel):

@@ -1,13 +1,17 @@
 """The monthly cycle as a maintainer runs it, on a month of tickets made for it: a ticket whose answer is 0,
 one with a cut-off the clinical review withdrew and one that repeats a released task are dropped at
-mining, each with its reason; the good ones are worded in one command each, approved by someone other
-than their second annotator, measured, listed by a dry run that writes nothing, then released."""
+mining, each with its reason; the good ones are worded in one command each (a file with some of the
+wordings approves none), approved by someone other than their second annotator, measured (a wording
+changed after that voids the measure until it is measured again), listed by a dry run that writes nothing
+and exits as the release does, then released with who wrote each wording; a release that refuses every
+candidate exits 1, and its dry run too, each refusal said once."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +20,15 @@ from typer.testing import CliRunner
 
 from evalpkg.cli_testset import app
 from evalpkg.db import connect
-from evalpkg.errors import UsageError
+from evalpkg.errors import EvalpkgError, UsageError
 from evalpkg.settings import EVAL_DB, Settings
+from evalpkg.testset import refresh as refresh_module
 from evalpkg.testset import release
 from evalpkg.testset.annotate import Annotation, Written
 from evalpkg.testset.models import Annotator
 from evalpkg.testset.refresh import load_queue, refresh, release_queue
+from evalpkg.testset.refresh_release import held_because
+from evalpkg.testset.review_queue import Candidate, save
 from tests.testset.test_refresh_quality import WORLD, small  # noqa: F401  (the fixture)
 
 MONTH = "2031-01"  # after every generated ticket: this month holds only the tickets below
@@ -63,10 +70,26 @@ def add_ticket(conn: Any, ticket_id: int, created: datetime, sql: str, request: 
 def cli(settings: Settings, *args: str) -> tuple[int, str, BaseException | None]:
     env = {"EVALPKG_PG_URL": settings.admin_url, "EVALPKG_TASKS_DIR": str(settings.tasks_dir)}
     result = CliRunner().invoke(app, list(args), env=env)
-    return result.exit_code, result.output, result.exception
+    code = result.exception.exit_code if isinstance(result.exception, EvalpkgError) else result.exit_code
+    return code, result.output, result.exception  # the exit code main() gives (2 for a usage error)
 
 
-def test_a_month_from_mining_to_release(month_of_tickets: tuple[Settings, dict[str, int]], tmp_path: Path) -> None:
+def release_in_one_world(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`release` checks all six reference worlds; the test's one keeps it short."""
+    monkeypatch.setattr(refresh_module, "release_queue", partial(release_queue, reference=(WORLD,)))
+
+
+def queued(settings: Settings, task_id: str) -> Candidate:
+    return next(c for _, c in load_queue(settings) if c.task.id == task_id)
+
+
+def files(settings: Settings) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(settings.tasks_dir.rglob("*")) if p.is_file()}
+
+
+def test_a_month_from_mining_to_release(
+    month_of_tickets: tuple[Settings, dict[str, int]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     settings, ticket = month_of_tickets
     report = refresh(settings, MONTH, reference=(WORLD,))
     why = report.dropped_tickets
@@ -87,6 +110,23 @@ def test_a_month_from_mining_to_release(month_of_tickets: tuple[Settings, dict[s
     code, _, exc = cli(settings, "review", tid, "--text", "统计人数", "--reviewer", "dr_wang", "--role", "clinician")
     assert isinstance(exc, UsageError) and "--text: does not apply to a decision" in str(exc)
     assert load_queue(settings)[0][1].decisions == []
+
+    # a file with some of the wordings approves none of them (it would approve those by accident)
+    (tmp_path / "some.json").write_text(json.dumps({"en/plain": "How many patients have HbA1c above 7.0%?"}))
+    before = files(settings)
+    code, _, exc = cli(
+        settings,
+        "review",
+        tid,
+        "--wordings",
+        str(tmp_path / "some.json"),
+        "--reviewer",
+        "dr_wang",
+        "--role",
+        "clinician",
+    )
+    assert code == 2 and "holds 1 of the 6 wordings" in str(exc) and "without zh/colloquial, zh/plain" in str(exc)
+    assert files(settings) == before
 
     # every wording in one command: rewritten where given, as drafted where null
     texts = {w.key: None if w.key == "zh/colloquial" else f"{w.key}: HbA1c above 7.0% patients" for w in cand.wordings}
@@ -111,18 +151,42 @@ def test_a_month_from_mining_to_release(month_of_tickets: tuple[Settings, dict[s
     # the second annotator may not approve what they annotated
     from evalpkg.testset.refresh import annotate_queue, review
 
-    annotate_queue(settings, Annotation(annotator=SECOND, tasks={tid: Written(sql=GOOD)}))
+    annotation = Annotation(annotator=SECOND, tasks={tid: Written(sql=GOOD)})
+    annotate_queue(settings, annotation)
     with pytest.raises(UsageError, match="wrote the second annotation"):
         review(settings, [tid], "approve", SECOND.id, "analyst")
     review(settings, [tid], "approve", "dr_wang", "clinician")
+
+    # a wording changed after the second annotation voids it (the annotator read the old one) until measured again
+    from evalpkg.testset.refresh import review_wording
+
+    review_wording(settings, tid, "en/plain", SECOND.id, "analyst", "How many patients had an HbA1c above 7.0%?")
+    voided = queued(settings, tid)
+    assert voided.second_annotation is not None and voided.second_annotation.agreement == 1.0
+    assert voided.second_annotation.voided == "en/plain rewritten by analyst analyst_zhao after it was measured"
+    assert "no longer stands" in (held_because(voided) or "")
+    _, out, _ = cli(settings, "review", tid, "--show")
+    assert "agreement 1.00 (match), VOID: en/plain rewritten by analyst analyst_zhao" in out
+    review_wording(settings, tid, "en/plain", "dr_wang", "clinician", "How many patients had an HbA1c above 7.0%?")
+    kept = queued(settings, tid).second_annotation
+    assert kept is not None and kept.voided.startswith("en/plain rewritten by analyst")  # the same text: still void
+    [again] = annotate_queue(settings, annotation)
+    assert again.second_annotation is not None and not again.second_annotation.voided and not held_because(again)
 
     before = sorted(p.name for p in settings.tasks_dir.rglob("*"))
     dry = release_queue(settings, reference=(WORLD,), dry_run=True)
     assert dry.passed == [tid] and dry.release is None
     assert sorted(p.name for p in settings.tasks_dir.rglob("*")) == before  # nothing written
 
-    out_release = release_queue(settings, reference=(WORLD,))
-    assert out_release.release is not None and tid in out_release.release.by_id()
+    # the dry run says what the release does and exits as it does, writing nothing
+    release_in_one_world(monkeypatch)
+    before_files = files(settings)
+    dry_code, dry_out, _ = cli(settings, "release", "--dry-run")
+    assert f"would release {tid} in v2" in dry_out and files(settings) == before_files
+    code, out, exc = cli(settings, "release")
+    assert (code, dry_code) == (0, 0), (out, exc)
+    record = release.changelog_entry(settings.tasks_dir, "v2").added[tid]
+    assert "6 wordings approved (1 drafted from the ticket, 5 written by a reviewer)" in record, record
 
 
 def test_a_rejected_candidate_covers_nothing(month_of_tickets: tuple[Settings, dict[str, int]]) -> None:
@@ -137,3 +201,34 @@ def test_a_rejected_candidate_covers_nothing(month_of_tickets: tuple[Settings, d
     review(settings, [first], "reject", "dr_wang", "clinician", "asked the wrong way")
     again = refresh(settings, "2031-03", reference=())
     assert len(again.added) == 1 and 9_000_021 not in again.dropped_tickets, again.dropped_tickets
+
+
+def test_a_dry_run_exits_as_the_release_that_refuses_every_candidate(
+    month_of_tickets: tuple[Settings, dict[str, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every candidate refused: the release exits 1 and so does its dry run, each refusal said once."""
+    from evalpkg.testset.refresh import annotate_queue, review, review_wordings
+
+    settings, _ = month_of_tickets
+    [tid] = refresh(settings, MONTH).added
+    [(path, cand)] = [(p, c) for p, c in load_queue(settings) if c.task.id == tid]
+    texts = {w.key: None if w.key == "zh/colloquial" else f"{w.key}: HbA1c above 7.0% patients" for w in cand.wordings}
+    review_wordings(settings, tid, texts, "dr_wang", "clinician")
+    annotate_queue(settings, Annotation(annotator=SECOND, tasks={tid: Written(sql=GOOD)}))
+    review(settings, [tid], "approve", "dr_wang", "clinician")
+    [(path, cand)] = [(p, c) for p, c in load_queue(settings) if c.task.id == tid]
+    never = cand.task.model_copy(update={"gold_sql": [cand.task.gold_sql[0] + " and 1 = 0"]})  # no answer anywhere
+    save(path, cand.model_copy(update={"task": never}))
+
+    release_in_one_world(monkeypatch)
+    before = files(settings)
+    dry_code, dry_out, _ = cli(settings, "release", "--dry-run")
+    assert files(settings) == before  # nothing written, the refusal not recorded either
+    code, out, exc = cli(settings, "release")
+    assert (dry_code, code) == (1, 1), (dry_out, out)
+    assert isinstance(exc, EvalpkgError) and "refused 1 candidate(s)" in str(exc) and tid not in str(exc)
+    for said in (dry_out, out):  # one line per refusal, the same in both
+        [line] = [line for line in said.splitlines() if tid in line]
+        assert line.startswith(f"refused {tid}: "), said
+    assert [line for line in dry_out.splitlines() if tid in line] == [line for line in out.splitlines() if tid in line]
+    assert queued(settings, tid).status == "rejected"

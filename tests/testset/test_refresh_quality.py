@@ -116,6 +116,8 @@ def test_refresh_review_release_releases_only_approved_measured_tasks_and_refuse
     make_ready(small, [disagreeing], agreeing=False)
     review(small, [unworded], "approve", "dr_wang", "clinician")
     review_wording(small, hba1c, "zh/plain", "dr_li", "clinician", "这是审核人自己改写的问题")
+    # rewritten after the second annotation: that is void until measured again from the new wording
+    annotate_queue(small, Annotation(annotator=SECOND, tasks={hba1c: Written(sql=queue[hba1c].task.gold_sql[0])}))
 
     said: list[str] = []
     out = release_queue(small, reference=(WORLD,), progress=said.append)
