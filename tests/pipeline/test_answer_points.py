@@ -81,4 +81,4 @@ def test_first_attempt_on_time_series(
     )
     task = Task.model_validate(task_dict() | {"type": "time_series"})
     # gold and executor are never reached: the first query is the final one, or there is none to run
-    assert _first_attempt_correct(task, traj, None, None, None, final_matches) is expected, reason  # type: ignore[arg-type]
+    assert _first_attempt_correct(task, traj, None, None, final_matches) is expected, reason  # type: ignore[arg-type]
