@@ -40,7 +40,7 @@ def refresh(
     """Mine a month of query tickets into the review queue (idempotent): each a task with outputs, answer
     points and tags, its wordings drafted (by the model at --endpoint, else from the ticket) for review.
     Prints each dropped ticket with its reason, each trap tag removed, and the candidates queued before."""
-    from evalpkg.grading.periods import MONTH
+    from evalpkg.sql.vocabulary import MONTH
     from evalpkg.testset import worlds
     from evalpkg.testset.refresh import refresh as run
 

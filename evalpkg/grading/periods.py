@@ -5,8 +5,8 @@ is 'month:*-01' unless the caller knows the one year every label of the set lies
 Texts arrive as label keys (evalpkg.grading.labels.label_key): NFKC, case-folded, runs of blanks, '_' and
 '-' as one space.
 
-Every period word of the grader, the audit and the refresh is defined here, once: the forms a label reads
-(period_ids), the raw values that are months or periods, and the words that make a column name a time."""
+The forms a period label is read in are defined here, once; the raw values that are days, months or
+periods and the words that make a column name a time are sql/vocabulary.py's, beside the time columns."""
 
 from __future__ import annotations
 
@@ -39,24 +39,6 @@ _FULL_QUARTER = [
     (re.compile(_YEAR + r"年q([1-4])"), 1, 2),
 ]
 _BARE_QUARTER = [re.compile(r"q([1-4])"), re.compile(r"第?([1-4一二三四])季度"), re.compile(r"quarter ?([1-4])")]
-
-
-# Raw values (before label_key): a month 'YYYY-MM' (the refresh's --month), a day 'YYYY-MM-DD', a date or
-# midnight on the 1st (a month as date_trunc writes it), a quarter's first month, and any text that starts
-# as a date or a period ('2024', '2024-03-05 ...', '2024-Q1'): a time value, never a name.
-MONTH = re.compile(r"(\d{4})-(0[1-9]|1[0-2])")
-DAY = re.compile(r"(\d{4})-(\d\d)-(\d\d)")
-FIRST_OF_MONTH = re.compile(MONTH.pattern + r"-01(?:[ T]00:00(?::00(?:\.0+)?)?(?:Z|[+-]\d\d(?::?\d\d)?)?)?")
-QUARTER_START = re.compile(r"(\d{4})-(01|04|07|10)")
-TIME_VALUE = re.compile(r"(19|20)\d\d(-\d\d)?(-\d\d)?( |T|$)|(19|20)\d\d-?Q\d")
-
-# Column names: a calendar period names a grouping (a year, quarter or month column); a time key adds the
-# finer and vaguer words (an audit keeps it out of the measures); a time column adds the dictionary's own
-# date suffixes (ryrq: admission date, zdsj: diagnosis time), read by the tie rules.
-_CALENDAR_WORDS = "year|quarter|month|年|季|月"
-CALENDAR_NAME = re.compile(_CALENDAR_WORDS, re.IGNORECASE)
-TIME_KEY_NAME = re.compile(_CALENDAR_WORDS + "|week|day|date|period", re.IGNORECASE)
-TIME_NAME = re.compile(TIME_KEY_NAME.pattern + "|time|rq$|sj$", re.IGNORECASE)
 
 
 def _month(text: str) -> int | None:

@@ -17,8 +17,9 @@ from itertools import chain
 from typing import Any
 
 from evalpkg.grading.labels import Labels, label_key, label_text
-from evalpkg.grading.periods import CALENDAR_NAME, QUARTER_START, one_year
+from evalpkg.grading.periods import one_year
 from evalpkg.grading.summary import is_total_label
+from evalpkg.sql.vocabulary import CALENDAR_NAME, QUARTER_START
 
 Rows = Sequence[Sequence[Any]]
 MAX_DISTINCT = 200  # a column of more distinct labels is an identifier, not a grouping

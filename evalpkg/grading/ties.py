@@ -21,9 +21,9 @@ from sqlglot import exp
 
 from evalpkg.errors import SqlParseError
 from evalpkg.grading.comparator import tie_groups
-from evalpkg.grading.periods import TIME_NAME, TIME_VALUE
 from evalpkg.sql.order import order_targets
 from evalpkg.sql.parse import DIALECT, parse_statement
+from evalpkg.sql.vocabulary import TIME_NAME, TIME_VALUE
 
 HIDDEN = "evalpkg_order_key_"
 _ID_NAME = re.compile(r"(^|[._])(id|\w*_id|\w*dm|\w*code|\w*mc|\w*mc_en|name|no)$", re.IGNORECASE)

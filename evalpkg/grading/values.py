@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from evalpkg.grading.periods import FIRST_OF_MONTH
+from evalpkg.sql.vocabulary import FIRST_OF_MONTH
 
 MAX_DECIMALS = 10  # a number written with more decimals was not rounded
 UNROUNDED = MAX_DECIMALS + 1

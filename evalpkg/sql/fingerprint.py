@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import hashlib
-import re
 
 from sqlglot import exp
 
 from evalpkg.sql.guard import is_single_select
 from evalpkg.sql.parse import DIALECT, parse_statement
+from evalpkg.sql.vocabulary import DATE_TEXT
 
 # Gold code reaches parsing and the read-only test through this module; both are defined elsewhere.
 __all__ = [
@@ -22,8 +22,6 @@ __all__ = [
     "tables",
     "tables_in",
 ]
-
-DATE_TEXT = re.compile(r"\d{4}-\d{2}(-\d{2})?([ T][\d:.]+)?")
 
 
 def _strip_schema(node: exp.Expr) -> exp.Expr:

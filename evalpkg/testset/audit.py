@@ -20,11 +20,12 @@ from evalpkg.errors import DataError, QueryError
 from evalpkg.grading import ties
 from evalpkg.grading.comparator import match
 from evalpkg.grading.execution import GoldCache, gold_match, prediction_of, rate_columns
-from evalpkg.grading.periods import DAY, MONTH, MONTH_NAMES, TIME_KEY_NAME
+from evalpkg.grading.periods import MONTH_NAMES
 from evalpkg.grading.summary import is_total_label, without_summary_rows
 from evalpkg.progress import Progress, quiet
 from evalpkg.sql.executor import jsonable
 from evalpkg.sql.gold import GoldRunner
+from evalpkg.sql.vocabulary import DAY, MONTH, TIME_KEY_NAME
 from evalpkg.testset.models import Language, Task
 
 Rows = list[list[Any]]

@@ -15,11 +15,11 @@ from typing import Any, Literal
 
 from evalpkg.db import connect
 from evalpkg.errors import ConfigError, DataError, UsageError
-from evalpkg.grading.periods import MONTH
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint, guard
 from evalpkg.sql.gold import GoldError, GoldRunner, agent_connection, gold_runner
+from evalpkg.sql.vocabulary import MONTH
 from evalpkg.testset import release, ticket_task, traps, worlds
 from evalpkg.testset.annotate import Annotation, measure_tasks
 from evalpkg.testset.gold_checks import check_golds

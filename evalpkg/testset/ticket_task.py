@@ -22,6 +22,7 @@ from sqlglot import exp
 
 from evalpkg.sql import fingerprint
 from evalpkg.sql.parse import parse_statement
+from evalpkg.sql.vocabulary import ABSOLUTE_PERIOD, RELATIVE_WORDS
 from evalpkg.testset.build import TYPE_PREFIX
 from evalpkg.testset.classify import AGG_EN, classify
 from evalpkg.testset.models import (
@@ -133,12 +134,6 @@ def withdrawn_threshold(sql: str) -> str | None:
     return None
 
 
-# "recent N months" and its kin in a request (zh and en), and an absolute period stated in it (a year or a month).
-RELATIVE_WORDS = re.compile(
-    r"(最近|近|过去)(半|一|两|三|[0-9]+)?个?(年|月|周|天)|最近|(recent|last|past)\s+\w*\s*(days?|weeks?|months?|years?)",
-    re.I,
-)
-ABSOLUTE_PERIOD = re.compile(r"[0-9]{4}\s*年|[0-9]{4}-[0-9]{2}|(19|20)[0-9]{2}\b")
 NOW_SQL = "pinned_now"  # the snapshot's now: (select pinned_now from meta.snapshot)
 ANCHOR_DAYS = 31  # a date this close to the ticket's own date is its "today"
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from evalpkg.errors import PlanError
-from evalpkg.grading.periods import DAY
+from evalpkg.sql.vocabulary import DAY
 
 if TYPE_CHECKING:
     from collections.abc import Callable
