@@ -290,7 +290,7 @@ def annotate(
 ) -> None:
     """Measure a second annotator's agreement with the gold (comparator, per non-technical variant) on the
     snapshot and in every reference world, and keep both under tasks/annotations/ (with --queue: on each
-    candidate of the review queue, on the snapshot)."""
+    candidate of the review queue, recorded on the candidate)."""
     from pathlib import Path
 
     from evalpkg.testset import release, worlds
@@ -301,7 +301,8 @@ def annotate(
     if queue:
         from evalpkg.testset.refresh import annotate_queue
 
-        for c in annotate_queue(settings, annotation, progress=to_stderr):
+        reference = worlds.WORLDS if reference_worlds else ()
+        for c in annotate_queue(settings, annotation, reference=reference, progress=to_stderr):
             assert c.second_annotation is not None
             typer.echo(f"{c.task.id}: agreement {c.second_annotation.agreement:.2f}: {c.second_annotation.detail}")
         return

@@ -21,7 +21,7 @@ from evalpkg.sql import fingerprint, guard
 from evalpkg.sql.gold import GoldError, GoldRunner, agent_connection, gold_runner
 from evalpkg.sql.vocabulary import MONTH
 from evalpkg.testset import release, ticket_task, traps, worlds
-from evalpkg.testset.annotate import Annotation, measure_tasks
+from evalpkg.testset.annotate import Annotation, measure_in_worlds
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Task
 from evalpkg.testset.refresh_checks import findings
@@ -434,16 +434,24 @@ def _approved(cand: Candidate, key: str, reviewer: str, role: Role, text: str | 
     return cand.model_copy(update={"task": task, "wordings": wordings, "second_annotation": second}), approved
 
 
-def annotate_queue(settings: Settings, annotation: Annotation, *, progress: Progress = quiet) -> list[Candidate]:
+def annotate_queue(
+    settings: Settings,
+    annotation: Annotation,
+    *,
+    reference: tuple[worlds.World, ...] = (),
+    progress: Progress = quiet,
+) -> list[Candidate]:
     """Measure a second annotation (its `tasks` entries) against the gold of each unreleased candidate it
-    covers, as `testset annotate` does for a release, and record it on the candidate."""
+    covers, as `testset annotate` does for a release: on the snapshot and in each `reference` world, agreeing
+    only where it agrees in all (a number the snapshot alone gives is no reading); recorded on the candidate."""
     queue = [(p, c) for p, c in load_queue(settings) if not c.released_in and c.task.id in annotation.tasks]
     if not queue:
         raise UsageError("the annotation covers no unreleased candidate of the review queue (its `tasks` keys)")
     who = annotation.annotator.id
     if approved := [c.task.id for _, c in queue if c.status == "approved" and c.decisions[-1].reviewer == who]:
         raise UsageError(f"annotator {who}: approved {', '.join(approved)}; the second annotation is another person's")
-    measured = measure_tasks(settings, annotation, [c.task for _, c in queue], "review queue", progress=progress)
+    tasks = [c.task for _, c in queue]
+    (measured,) = measure_in_worlds(settings, [(annotation, tasks)], "review queue", reference, progress=progress)
     out = []
     for (path, cand), result in zip(queue, measured.tasks, strict=True):
         second = SecondAnnotation(
@@ -453,6 +461,7 @@ def annotate_queue(settings: Settings, annotation: Annotation, *, progress: Prog
             detail=result.detail,
             snapshot_version=measured.snapshot_version,
             measured_at=measured.measured_at,
+            worlds=measured.worlds or ["snapshot"],
         )
         out.append(cand.model_copy(update={"second_annotation": second}))
         save(path, out[-1])

@@ -58,6 +58,7 @@ class SecondAnnotation(BaseModel):
     detail: str
     snapshot_version: str
     measured_at: str
+    worlds: list[str] = []  # where it was measured: the snapshot, then each reference world ([]: before they were)
     # Why the agreement no longer stands: a wording changed after it was measured (the annotator read the
     # questions as they were). Empty: it stands; annotating again replaces it.
     voided: str = ""

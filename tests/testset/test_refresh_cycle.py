@@ -232,3 +232,25 @@ def test_a_dry_run_exits_as_the_release_that_refuses_every_candidate(
         assert line.startswith(f"refused {tid}: "), said
     assert [line for line in dry_out.splitlines() if tid in line] == [line for line in out.splitlines() if tid in line]
     assert queued(settings, tid).status == "rejected"
+
+
+def test_an_agreement_only_the_snapshot_gives_does_not_stand(month_of_tickets: tuple[Settings, dict[str, int]]) -> None:
+    """A second annotation that writes in the snapshot's own answer agrees there and nowhere else: measured in
+    the reference worlds too (as the CLI does), it is no agreement (the release holds the candidate), and the
+    world it first differs in is named; the annotator's real query agrees in every world."""
+    from evalpkg.sql.gold import gold_runner
+    from evalpkg.testset.refresh import annotate_queue
+
+    settings, _ = month_of_tickets
+    [tid] = refresh(settings, MONTH, reference=()).added
+    with gold_runner(settings) as golds:
+        [[patients]] = golds.result(queued(settings, tid).task.gold_sql[0]).rows
+    written_in = Annotation(annotator=SECOND, tasks={tid: Written(sql=f"select {patients} as patients")})
+    [snapshot_only] = annotate_queue(settings, written_in)
+    assert snapshot_only.second_annotation is not None and snapshot_only.second_annotation.agreement == 1.0
+    [in_worlds] = annotate_queue(settings, written_in, reference=(WORLD,))
+    second = in_worlds.second_annotation
+    assert second is not None and second.worlds == ["snapshot", WORLD.label()]
+    assert second.agreement == 0.0 and second.detail.startswith(f"{WORLD.label()}: "), second.detail
+    [real] = annotate_queue(settings, Annotation(annotator=SECOND, tasks={tid: Written(sql=GOOD)}), reference=(WORLD,))
+    assert real.second_annotation is not None and real.second_annotation.agreement == 1.0
