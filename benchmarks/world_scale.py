@@ -7,7 +7,7 @@ At each size it also prints the department x month grain, whether every gold and
 and what an agent's runaway statements do there (capped or refused within their timeout, the harness's
 memory bounded).
 
-    .venv/bin/python benchmarks/world_scale.py [--sizes 2000,20000,100000] [--release v9]
+    .venv/bin/python benchmarks/world_scale.py [--sizes 2000,20000,100000] [--release vN]
 
 A step that grows faster than about linearly (k > 1.3 over the largest span), or a probe past its
 bound, is named at the end and the script exits 1.
@@ -29,7 +29,7 @@ from benchmarks.recent_months import department_months, grain
 from evalpkg.errors import QueryError
 from evalpkg.prod.generator import generate
 from evalpkg.services.stack import scratch_cluster
-from evalpkg.settings import EVAL_DB, PROD_DB, Settings
+from evalpkg.settings import EVAL_DB, PROD_DB, PROJECT_ROOT, Settings
 from evalpkg.sql.executor import ReadOnlyExecutor
 from evalpkg.sql.gold import gold_runner
 from evalpkg.sync.runner import run_sync
@@ -127,13 +127,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="2000,20000,100000", help="patients per world, comma-separated")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--release", default="v9", help="whose golds, traps and premises to time ('' for none)")
+    parser.add_argument(
+        "--release", default=None, help="whose golds, traps and premises to time (default: the latest; '' for none)"
+    )
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     if len(sizes) < 2:
         parser.error("--sizes needs at least two sizes")
-    print(f"world scale: sizes {sizes}, seed {args.seed}, release {args.release or 'none'}", flush=True)
-    measured = {n: measure(n, args.seed, args.release or None) for n in sizes}
+    version = release.latest(PROJECT_ROOT / "tasks") if args.release is None else args.release or None
+    print(f"world scale: sizes {sizes}, seed {args.seed}, release {version or 'none'}", flush=True)
+    measured = {n: measure(n, args.seed, version) for n in sizes}
     by_size = {n: seconds for n, (seconds, _) in measured.items()}
     broken_bounds = [b for _, broken in measured.values() for b in broken]
 
