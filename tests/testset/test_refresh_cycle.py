@@ -245,9 +245,17 @@ def test_an_agreement_only_the_snapshot_gives_does_not_stand(month_of_tickets: t
     [tid] = refresh(settings, MONTH, reference=()).added
     with gold_runner(settings) as golds:
         [[patients]] = golds.result(queued(settings, tid).task.gold_sql[0]).rows
-    written_in = Annotation(annotator=SECOND, tasks={tid: Written(sql=f"select {patients} as patients")})
+        [[first_id]] = golds.result("select min(patient_id) from t_lab_result").rows
+    # The snapshot's number where the snapshot's pseudonyms are, another elsewhere: a world under another key can
+    # hold the same count by chance, never the same pseudonyms.
+    only_here = (
+        f"select case when min(patient_id) = '{first_id}' then {patients} else {patients} + 1 end as patients "
+        "from t_lab_result"
+    )
+    written_in = Annotation(annotator=SECOND, tasks={tid: Written(sql=only_here)})
     [snapshot_only] = annotate_queue(settings, written_in)
-    assert snapshot_only.second_annotation is not None and snapshot_only.second_annotation.agreement == 1.0
+    assert snapshot_only.second_annotation is not None
+    assert snapshot_only.second_annotation.agreement == 1.0, snapshot_only.second_annotation.detail
     [in_worlds] = annotate_queue(settings, written_in, reference=(WORLD,))
     second = in_worlds.second_annotation
     assert second is not None and second.worlds == ["snapshot", WORLD.label()]
