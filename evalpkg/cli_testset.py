@@ -390,6 +390,30 @@ def changes(
 
 
 @app.command()
+def readings(version: Annotated[str | None, typer.Argument(help="e.g. v11; default: latest")] = None) -> None:
+    """The alternative-gold audit: each template whose alternative golds read a rule of the dictionary (report
+    status, voided orders, a glucose cut-off, an age) otherwise than its first gold, how many, and the recorded
+    reason; then every problem (exit 1): a gold the dictionary rules out, a difference without a reason, a stale
+    reason, a graded turn that repeats another's."""
+    from evalpkg.testset import readings as audit
+    from evalpkg.testset import release
+
+    tasks_dir = get_settings().tasks_dir
+    rel = release.load(tasks_dir, version or release.latest(tasks_dir))
+    for template, rule, n, why in audit.table(rel.tasks):
+        typer.echo(f"{template:<40} {rule:<14} {n:>3}  {why}")
+    problems = audit.problems(rel.tasks, rel.version)
+    for line in problems:
+        typer.echo(f"problem: {line}")
+    held = "" if audit.held(rel.version) else f" (not held: before {audit.READINGS_FROM})"
+    to_stderr(
+        f"{rel.version}: {len(audit.alternatives(rel.tasks))} alternative golds, {len(problems)} problem(s){held}"
+    )
+    if problems:
+        raise typer.Exit(1)
+
+
+@app.command()
 def migrate(
     source: Annotated[str, typer.Option("--from", help="the latest release, e.g. v2")],
     reason: Annotated[str, typer.Option(help="why the templates were reworded, for the CHANGELOG")] = "",

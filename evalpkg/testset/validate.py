@@ -13,7 +13,7 @@ from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint
 from evalpkg.sql.gold import GoldRunner, agent_connection, gold_runner, snapshot_version
-from evalpkg.testset import premises, release, traps, worlds
+from evalpkg.testset import premises, readings, release, traps, worlds
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Difficulty, Task, TaskType
 
@@ -100,6 +100,7 @@ def validate(
     rel = release.load(settings.tasks_dir, version)  # schema + manifest: raises on the first bad file
     report = TestsetReport(rel.version, len(rel.tasks), held=hold_findings and traps.required(rel.version))
     report.problems += structural_problems(rel.tasks, min_tasks=min_tasks)
+    report.problems += readings.problems(rel.tasks, rel.version)
     report.tabular = validate_tabular(settings, rel.tasks)
     report.problems += [
         f"GX {f.batch}: {f.expectation}({f.column or ''}) observed {f.observed}" for f in report.tabular.failures
