@@ -2,7 +2,9 @@
 outputs and its variants' asks (issue 9: a variant is graded on the outputs it asks for), and the variant
 texts where the template was reworded; a task whose parameters the template now withdraws (clinical review)
 is removed; where a template carries readings (several golds), the task's golds (and each turn's) are the
-template's. Nothing else changes: other golds (arbitrated alternatives included), tags and review records stay. Ticket
+template's; where the template now writes another first gold (a decision on what the question means, the test
+set's principles), the task's golds, turns, hidden slots and answer points are the template's. Nothing else
+changes: other golds (arbitrated alternatives included), tags and review records stay. Ticket
 tasks grade every gold column, asked by every variant. Checked on the eval DB: each variant is answered by
 a gold.
 """
@@ -21,6 +23,7 @@ from evalpkg.testset.build import Template, instantiate, load_templates
 from evalpkg.testset.gold_checks import output_problems
 from evalpkg.testset.models import OUTPUTS_FORMAT, Language, Output, QuestionVariant, Task
 from evalpkg.testset.params import Value, chosen, domains
+from evalpkg.testset.traps import DROPPED_TAGS, notes_with_dropped
 
 
 @dataclass
@@ -36,6 +39,7 @@ class Migration:
     reworded: int = 0  # variants whose text was re-rendered from a reworded template
     wordings: set[tuple[str, str, str]] = field(default_factory=set)  # (template, language, complexity) reworded
     readings: int = 0  # tasks whose golds were re-rendered from a template that carries readings
+    decided: int = 0  # tasks whose first gold the template now writes otherwise (a decision of principle)
 
     def summary(self) -> str:
         parts = []
@@ -64,6 +68,12 @@ class Migration:
                 f"Golds as readings: {self.readings} tasks take their golds from templates that now carry each "
                 "defensible reading of their question as a gold of its own, written and checked by the project "
                 "(they replace arbitrated alternatives copied from an annotation)."
+            )
+        if self.decided:
+            parts.append(
+                f"Decided: {self.decided} tasks ask and are graded as their templates now render them, where a "
+                f"decision of principle changed what the question's first gold reads"
+                f"{': ' + self.reason if self.reason else ''}."
             )
         if self.removed:
             parts.append(
@@ -121,9 +131,10 @@ def _migrate_task(
     else:
         fresh = _rendered(task, _template(task, templates), domain)
         outputs, variants, why = _template_outputs(task, fresh, plan)
-        readings, said = _readings(task, fresh)
+        readings, said = _decided(task, fresh) or _readings(task, fresh)
         if said:
-            plan.readings += 1
+            plan.readings += said.startswith("golds from")
+            plan.decided += said.startswith("decided")
             why = "; ".join(filter(None, [why, said]))
     update: dict[str, object] = {
         "format_version": max(task.format_version, OUTPUTS_FORMAT),
@@ -188,13 +199,32 @@ def _template_outputs(task: Task, fresh: Task, plan: Migration) -> tuple[list[Ou
 
 def _rendered(task: Task, template: Template, domain: dict[str, list[Value]]) -> Task:
     fresh = instantiate(template, chosen(domain, task.provenance.params, task.id), int(task.id.rsplit("-", 1)[1]))
-
-    def firsts(t: Task) -> list[list[str]]:
-        return [t.gold_sql[:1], *(turn.gold_sql[:1] for turn in t.turns)]
-
-    if fresh.id != task.id or firsts(fresh) != firsts(task):
-        raise DataError(f"{task.id}: template {template.id} no longer renders this task's gold SQL; cannot migrate it")
+    if fresh.id != task.id or len(fresh.turns) != len(task.turns):
+        raise DataError(f"{task.id}: template {template.id} no longer renders this task's dialogue; cannot migrate it")
     return fresh
+
+
+def _firsts(t: Task) -> list[list[str]]:
+    return [t.gold_sql[:1], *(turn.gold_sql[:1] for turn in t.turns)]
+
+
+def _decided(task: Task, fresh: Task) -> tuple[dict[str, object], str] | None:
+    """Where the template now writes another first gold (a decision on what the question means: the test set's
+    principles), the task asks and is graded as the template renders it: its golds, turns, hidden slots and
+    answer points; its own tags (those that bite in every reference world) and review record stay."""
+    if _firsts(fresh) == _firsts(task):
+        return None
+    update: dict[str, object] = {
+        "gold_sql": list(fresh.gold_sql),
+        "turns": list(fresh.turns),
+        "hidden_slots": list(fresh.hidden_slots),
+        "answer_points": list(fresh.answer_points),
+        "maintenance_notes": notes_with_dropped(
+            " ".join([fresh.maintenance_notes, *DROPPED_TAGS.findall(task.maintenance_notes)])
+        ),
+    }
+    turns = [i for i, (a, b) in enumerate(zip(_firsts(task), _firsts(fresh), strict=True)) if a != b]
+    return update, f"decided: the template's golds now read the question otherwise (turns {turns})"
 
 
 def _readings(task: Task, fresh: Task) -> tuple[dict[str, object], str]:

@@ -273,7 +273,7 @@ def _as_released(
         f"the {t} trap did not bite in {verdicts[c.key].misses[t]} of {n_worlds} reference worlds" for t in lost
     )
     if lost:
-        notes = f"{task.maintenance_notes} Tag(s) dropped: {why}.".strip()
+        notes = traps.notes_with_dropped(task.maintenance_notes, why)
         task = task.model_copy(update={"tags": [t for t in task.tags if t not in lost], "maintenance_notes": notes})
     return task, reworded, why
 

@@ -9,6 +9,7 @@ The perturbation agents (agent.policies) use the same rewrites.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
@@ -202,6 +203,17 @@ def perturb_sql(sql: str, kind: str) -> str:
     rewrite does not apply or the kind is not a SQL rewrite."""
     rewrite = PERTURBATION_REWRITES.get(kind, kind)
     return (mutate(sql, rewrite).sql or sql) if rewrite in REWRITES else sql
+
+
+DROPPED_TAGS = re.compile(r" ?Tag\(s\) dropped: [^.]*\.")
+
+
+def notes_with_dropped(notes: str, why: str = "") -> str:
+    """Maintenance notes ending with one sentence per dropped trap tag, the latest word on each: a re-cut that
+    drops a tag again says so once."""
+    sentences = [s.strip() for s in DROPPED_TAGS.findall(notes)] + ([f"Tag(s) dropped: {why}."] if why else [])
+    latest = {re.sub(r" in \d+ of \d+ reference worlds", "", s): s for s in sentences}
+    return " ".join([DROPPED_TAGS.sub("", notes).strip(), *latest.values()]).strip()
 
 
 def required(version: str, since: str = TRAP_BITE_REQUIRED_FROM) -> bool:
