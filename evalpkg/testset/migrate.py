@@ -72,8 +72,7 @@ class Migration:
         if self.decided:
             parts.append(
                 f"Decided: {self.decided} tasks ask and are graded as their templates now render them, where a "
-                f"decision of principle changed what the question's first gold reads"
-                f"{': ' + self.reason if self.reason else ''}."
+                "decision of principle changed what the question's first gold reads or what the clinician answers."
             )
         if self.removed:
             parts.append(
@@ -209,10 +208,12 @@ def _firsts(t: Task) -> list[list[str]]:
 
 
 def _decided(task: Task, fresh: Task) -> tuple[dict[str, object], str] | None:
-    """Where the template now writes another first gold (a decision on what the question means: the test set's
-    principles), the task asks and is graded as the template renders it: its golds, turns, hidden slots and
-    answer points; its own tags (those that bite in every reference world) and review record stay."""
-    if _firsts(fresh) == _firsts(task):
+    """Where the template now writes another first gold or another clinician's answer (a decision on what the
+    question means: the test set's principles), the task asks and is graded as the template renders it: its
+    golds, turns, hidden slots and answer points; its own tags (those that bite in every reference world) and
+    review record stay."""
+    asked = [(t.user, t.gold_sql[:1]) for t in task.turns], task.hidden_slots, task.gold_sql[:1]
+    if asked == ([(t.user, t.gold_sql[:1]) for t in fresh.turns], fresh.hidden_slots, fresh.gold_sql[:1]):
         return None
     update: dict[str, object] = {
         "gold_sql": list(fresh.gold_sql),
@@ -223,8 +224,10 @@ def _decided(task: Task, fresh: Task) -> tuple[dict[str, object], str] | None:
             " ".join([fresh.maintenance_notes, *DROPPED_TAGS.findall(task.maintenance_notes)])
         ),
     }
-    turns = [i for i, (a, b) in enumerate(zip(_firsts(task), _firsts(fresh), strict=True)) if a != b]
-    return update, f"decided: the template's golds now read the question otherwise (turns {turns})"
+    golds = [i for i, (a, b) in enumerate(zip(_firsts(task), _firsts(fresh), strict=True)) if a != b]
+    said = [f"first golds of turns {golds}"] if golds else []
+    said += ["the clinician's answers"] if fresh.hidden_slots != task.hidden_slots else []
+    return update, f"decided: the template now writes otherwise {' and '.join(said) or 'a follow-up question'}"
 
 
 def _readings(task: Task, fresh: Task) -> tuple[dict[str, object], str]:
