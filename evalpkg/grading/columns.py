@@ -43,8 +43,10 @@ class Column:
     has_markers: bool = True
     rate: bool = False  # a gold rate: a prediction may give it as a fraction or as a percentage
     stated: int | None = None  # the decimals the query wrote its values with (a numeric's scale), where known
+    rounded_to: int | None = None  # a gold's: the decimals its own SQL rounded to (round(avg(x), 1)), where known
     coarser: dict[tuple[int, int], Column] = field(default_factory=dict, repr=False, compare=False)  # rounded()
     rescaled: dict[int, Column] = field(default_factory=dict, repr=False, compare=False)  # as_rate_of()
+    snapped: dict[tuple[int, int], Column] = field(default_factory=dict, repr=False, compare=False)  # rounding_to()
     units: dict[int, Floats] = field(default_factory=dict, repr=False, compare=False)  # sorted_units()
 
     @classmethod
@@ -116,6 +118,26 @@ class Column:
         if self.has_markers:
             tokens = [t if type(t) is Marker else v for t, v in zip(self.tokens, tokens, strict=True)]
         return Column(tokens, "float", numbers, has_markers=self.has_markers), on_halves
+
+    def rounding_to(self, decimals: int, gold: Column) -> Column:
+        """A finer prediction read at the decimals a gold's SQL rounded to: each value that rounds to one of the
+        gold's values at those decimals is that value (8.58 is 8.6 where the gold wrote round(x, 1)); a value
+        that rounds to none stays as it is, for the tolerance to decide. Remembered per (decimals, gold)."""
+        key = (decimals, id(gold))
+        if key not in self.snapped:
+            assert self.numbers is not None
+            rounded = self.rounded(decimals, like=gold)
+            assert rounded.numbers is not None
+            held = count_in(gold.sorted_units(decimals), np.rint(rounded.numbers * 10.0**decimals)) > 0
+            if self.has_markers:
+                held &= np.array([type(t) is not Marker for t in self.tokens])
+            if held.all():
+                self.snapped[key] = rounded
+            else:
+                numbers = np.where(held, rounded.numbers, self.numbers)
+                tokens = [r if h else t for r, t, h in zip(rounded.tokens, self.tokens, held.tolist(), strict=True)]
+                self.snapped[key] = Column(tokens, "float", numbers, has_markers=self.has_markers)
+        return self.snapped[key]
 
     def sorted_units(self, decimals: int) -> Floats:
         """The values in units of that decimal, sorted (remembered: every finer column asks for them)."""
@@ -210,6 +232,8 @@ def view(g: Column, p: Column) -> tuple[Column, Column]:
         return Column(g.periods[2], "other"), Column(p.periods[2], "other")
     if g.kind == p.kind == "float" and g.decimals > p.decimals:
         return at_coarser_precision(g, p)
+    if g.kind == p.kind == "float" and g.rounded_to is not None and p.decimals > g.rounded_to:
+        return g, p.rounding_to(g.rounded_to, g)
     return g, p
 
 
@@ -220,7 +244,7 @@ def at_coarser_precision(g: Column, p: Column) -> tuple[Column, Column]:
     at them: 0.7 for 0.74 when it rounded to one, 0.70 against 0.71 when it rounded to two. Where they are not
     known (a float: a computed 0.70 arrives as 0.7), also only where the gold's largest value keeps two
     significant figures (not 0.1 for 0.12, nor 0.7 for 0.71). A prediction finer than the gold is left to the
-    task's tolerance: a float gold does not say whether it was rounded."""
+    task's tolerance where the gold does not say it was rounded; where its SQL did, see Column.rounding_to."""
     assert g.numbers is not None
     d = p.decimals
     units = np.abs(g.numbers) * 10.0**d

@@ -1,4 +1,4 @@
-"""Execution match, comparator version 11: whether a prediction's rows are a gold's, as a careful human grader
+"""Execution match, comparator version 12: whether a prediction's rows are a gold's, as a careful human grader
 reads them and nothing more lenient. The rules, each with the module that holds it and the audit layout,
 mutation or test that proves it, are one current list in rules.py (RULES), and the order in which a
 prediction is read against a gold is its ACCEPTANCE table; docs/scoring.md shows both and tells how each
@@ -18,7 +18,7 @@ from evalpkg.grading.values import Row
 from evalpkg.sql.order import order_targets
 from evalpkg.sql.parse import parse_statement
 
-COMPARATOR_VERSION = 11
+COMPARATOR_VERSION = 12
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,14 @@ def explain(
     groups: Sequence[int] | None = None,
     rates: Collection[int] = (),
     stated: Sequence[int | None] = (),
+    gold_stated: Sequence[int | None] = (),
 ) -> MatchResult:
     """Whether pred matches this gold, and why not. pred None: the agent has no successful result;
     truncated: either result hit the fetch cap, so only a sample of it is at hand; pinned: gold column ->
     the prediction column that carries its name; groups: per gold row, its tie group under the ORDER BY
     (else read from order_keys); rates: gold columns that are a rate, given alike as a fraction or a
-    percentage; stated: per prediction column, the decimals its query wrote (None: not known)."""
+    percentage; stated: per prediction column, the decimals its query wrote (None: not known); gold_stated: per
+    gold column, the decimals the gold's own SQL rounded to (None: not known)."""
     if truncated:
         return MatchResult(False, "a result was truncated at the fetch cap; a sample is never compared")
     if pred is None:
@@ -93,6 +95,8 @@ def explain(
     gold_cols, pred_cols = columns_of(gold), columns_of(pred)
     for column, decimals in zip(pred_cols, stated, strict=False):
         column.stated = decimals if column.kind == "float" else None
+    for column, decimals in zip(gold_cols, gold_stated, strict=False):
+        column.rounded_to = decimals if column.kind == "float" else None
     for j in rates:
         gold_cols[j].rate = True
     likely = [[p for p, pc in enumerate(pred_cols) if plausible(gc, pc, rel_tol)] for gc in gold_cols]

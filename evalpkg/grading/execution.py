@@ -12,7 +12,7 @@ from evalpkg.grading.comparator import match, order_key_columns, tie_groups
 from evalpkg.grading.labels import Labels
 from evalpkg.grading.pivot import relayouts
 from evalpkg.grading.relabel import relabelled
-from evalpkg.grading.summary import without_summary_rows
+from evalpkg.grading.summary import additive_columns, unchecked_columns, without_summary_rows
 from evalpkg.sql.executor import ReadOnlyExecutor, jsonable, stated_decimals
 from evalpkg.sql.gold import GoldRunner
 from evalpkg.sql.vocabulary import RATE
@@ -31,6 +31,7 @@ class GoldCache:
         self._acceptable: dict[tuple[str, bool], list[ties.Ordered]] = {}
         self._labels: Labels | None = None
         self._predictions: dict[str, Prediction] = {}
+        self._additive: dict[str, list[int]] = {}
 
     @property
     def labels(self) -> Labels:
@@ -55,6 +56,17 @@ class GoldCache:
     def get(self, sql: str) -> tuple[list[str], list[list[Any]]]:
         got = self.golds.result(sql)
         return got.columns, got.rows
+
+    def decimals(self, sql: str) -> list[int | None]:
+        """Per gold column, the decimals its own SQL rounded to (round(avg(zyts), 1): one), None where not known."""
+        got = self.golds.result(sql)
+        return got.decimals or [None] * len(got.columns)
+
+    def additive(self, sql: str) -> list[int]:
+        """The gold's columns whose total is the sum of its rows (summary.additive_columns), read once."""
+        if sql not in self._additive:
+            self._additive[sql] = additive_columns(sql, self.get(sql)[0])
+        return self._additive[sql]
 
     def acceptable(self, sql: str, order_matters: bool) -> list[ties.Ordered]:
         """The gold's rows with their tie groups (groups None where order does not matter), and where its
@@ -190,14 +202,17 @@ def gold_match(
             continue
         seen = _unclaimed(pred, columns, keep)
         assert seen.rows is not None
+        kept = _Kept(gold.decimals(gold_sql), gold.additive(gold_sql), keep)
         for ordered in gold.acceptable(gold_sql, task.result.order_matters):
             graded, graded_columns = _graded_view(ordered.rows, columns, keep)
-            if _matches(task, seen, graded, graded_columns, ordered.groups):
+            if _matches(task, seen, graded, graded_columns, ordered.groups, kept):
                 return True, ordered.rows, columns
             named = relabelled(
                 seen.rows, seen.columns, graded, graded_columns, gold.labels, limited=ties.has_limit(gold_sql)
             )
-            if named is not None and _matches(task, replace(seen, rows=named), graded, graded_columns, ordered.groups):
+            if named is not None and _matches(
+                task, replace(seen, rows=named), graded, graded_columns, ordered.groups, kept
+            ):
                 return True, ordered.rows, columns
         # a pivot compares no row order, but where a LIMIT cuts a tie the rows themselves are a choice
         for ordered in gold.acceptable(gold_sql, task.result.order_matters):
@@ -208,8 +223,29 @@ def gold_match(
     return False, rows_read, columns_read
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """What the gold's SQL says beyond its rows, per column of the gold as graded."""
+
+    decimals: list[int | None]  # per gold column (all of them): the decimals its SQL rounded to
+    additive: list[int]  # gold columns (all of them) whose total is the sum of the rows
+    keep: list[int]  # the gold columns graded
+
+    def rounded_to(self) -> list[int | None]:
+        return [self.decimals[j] if j < len(self.decimals) else None for j in self.keep]
+
+    def checked(self, gold: list[list[Any]]) -> list[list[Any]]:
+        """The graded gold's columns whose total it can check, as columns."""
+        return [[r[k] for r in gold] for k, j in enumerate(self.keep) if j in self.additive]
+
+
 def _matches(
-    task: Task, pred: Prediction, gold: list[list[Any]], gold_columns: list[str], groups: list[int] | None
+    task: Task,
+    pred: Prediction,
+    gold: list[list[Any]],
+    gold_columns: list[str],
+    groups: list[int] | None,
+    kept: _Kept | None = None,
 ) -> bool:
     """The prediction as laid out, then without the summary rows the gold does not have."""
     assert pred.rows is not None
@@ -220,11 +256,13 @@ def _matches(
         "rates": rate_columns(task, gold_columns),
         "pinned": _pinned(gold_columns, pred.columns),
         "stated": pred.decimals,
+        "gold_stated": kept.rounded_to() if kept else (),
     }
     if match(pred.rows, gold, **options):
         return True
     if len(pred.rows) > len(gold) and without_summary_rows(gold) is None:
-        detailed = without_summary_rows(pred.rows, task.result.numeric_tolerance)
+        free = unchecked_columns(pred.rows, kept.checked(gold)) if kept else frozenset()
+        detailed = without_summary_rows(pred.rows, task.result.numeric_tolerance, free=free)
         if detailed is not None and len(detailed) == len(gold):
             return match(detailed, gold, **options)
     return False

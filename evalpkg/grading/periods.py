@@ -38,6 +38,7 @@ _FULL_QUARTER = [
     (re.compile(_YEAR + r"年第?([1-4一二三四])季度?"), 1, 2),
     (re.compile(_YEAR + r"年q([1-4])"), 1, 2),
 ]
+_YEAR_RANGE = re.compile(_YEAR + r"年?度? ?(?:[–—~～至到]|to)? ?" + _YEAR + r"年?度?")
 _BARE_QUARTER = [re.compile(r"q([1-4])"), re.compile(r"第?([1-4一二三四])季度"), re.compile(r"quarter ?([1-4])")]
 
 
@@ -67,6 +68,15 @@ def period_ids(key: str, year: str | None = None) -> set[str]:
         if match := pattern.fullmatch(key):
             return {f"quarter:{year or '*'}-Q{_quarter(match[1])}"}
     return set()
+
+
+def year_range(key: str) -> tuple[int, int] | None:
+    """(first, last) year of a label key naming a run of whole years ('2018 2020' from '2018-2020', '2018–2020',
+    '2018至2020', '2018年 2020年', '2018 to 2020'), the last after the first; None for anything else."""
+    match = _YEAR_RANGE.fullmatch(key)
+    if not match or int(match[1]) >= int(match[2]):
+        return None
+    return int(match[1]), int(match[2])
 
 
 def counted_words(words: Iterable[str]) -> bool:

@@ -111,6 +111,17 @@ RULES: tuple[Rule, ...] = (
             f"{VARIANTS}::test_a_prediction_that_is_another_golds_text_keeps_the_decimals_its_query_wrote",
         ),
     ),
+    Rule(
+        "A gold whose own SQL rounds where no wording asks it to (round(avg(zyts), 1) gives 8.6) is matched by a "
+        "finer prediction that rounds to it at those decimals (8.58); a finer value that rounds to another one is "
+        "left to the tolerance, and beyond it is wrong.",
+        "columns.py",
+        (
+            "finer_than_a_rounding_gold",
+            "finer_rounding_to_another",
+            f"{COMPARATOR}::test_a_gold_that_rounds_is_met_by_a_finer_prediction",
+        ),
+    ),
     # values
     Rule(
         "Booleans as 't', 'f', 'true' or 'false'; text trimmed and NFKC-normalised; NULL equals only NULL.",
@@ -148,6 +159,13 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "A row labelled as a summary in words (合计, 全院, 'Total', 'Hospital-wide') that the question did not ask "
+        "for is set aside whatever it holds where the gold cannot check it (a distinct count, a rate, a mean); a "
+        "count or sum of a unit that adds up (visits per department) must still be the sum of the rows.",
+        "summary.py",
+        ("unchecked_total_row", "wrong_total_row", f"{COMPARATOR}::test_summary_rows_the_gold_cannot_check"),
+    ),
+    Rule(
         "A text on a total row that no other row holds in its column describes the total ('GI + new departments' "
         "beside 合计) and names no group it would subtotal.",
         "summary.py",
@@ -176,6 +194,12 @@ RULES: tuple[Rule, ...] = (
         ("long_form_zh", "long_form_en", "long_form_column_names", "wide_form"),
     ),
     Rule(
+        "Rows of classes and a count may be answered as one wide row, a column per class headed by its label; a "
+        "total column beside them is an extra column.",
+        "pivot.py",
+        ("wide_row_with_total", "wide_row_count_changed"),
+    ),
+    Rule(
         "In a cross (labels in rows and in headers), the header holding more of a column's words names it, and "
         "a header it outdid names the label's one fact left.",
         "cross.py",
@@ -187,6 +211,16 @@ RULES: tuple[Rule, ...] = (
         "period it is of): measures are found by their values, rows by their periods.",
         "series.py",
         ("period_series", "period_series_in_words", "period_rows_by_role", "period_rows_swapped"),
+    ),
+    Rule(
+        "A comparison of two runs of whole years may be answered as rows labelled by the years each covers "
+        "('2018-2020', '2018–2020', '2018至2020', '2018年-2020年'), the earlier run the previous period.",
+        "series.py",
+        (
+            "period_rows_by_year_ranges",
+            "period_ranges_swapped",
+            f"{PIVOTS}::test_a_comparison_of_runs_of_years_answered_as_rows_labelled_by_them",
+        ),
     ),
 )
 

@@ -4,9 +4,11 @@ the same: prev_avg_los, cur_avg_los) states the same facts as two rows per key, 
 and the later one's, each beside the comparison's own label (the later period: quarter_start). A prediction
 whose label column holds two consecutive periods, a month or a quarter however written, is read that way: each
 row marked as the earlier or the later period, the later period beside it, its labels read through the label
-normaliser as the gold's (relabel.py). Its other columns are extra columns as in any layout (a role that only
-renames the period, 'drop quarter'); the measures are found by assignment, as everywhere, while the period
-label alone decides which row is which period."""
+normaliser as the gold's (relabel.py). Where the two periods are runs of whole years ('2018-2020',
+'2021-2023': a gold comparing prev_admissions and this_admissions over years its SQL bounds), the rows are
+labelled by the years each covers, the earlier run the previous period. Its other columns are extra columns
+as in any layout (a role that only renames the period, 'drop quarter'); the measures are found by assignment,
+as everywhere, while the period label alone decides which row is which period."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Any
 
 from evalpkg.grading.cross import period_index
 from evalpkg.grading.labels import Labels, label_key, label_text, relative_words
-from evalpkg.grading.periods import one_year
+from evalpkg.grading.periods import one_year, year_range
 from evalpkg.grading.relabel import relabelled
 
 Rows = Sequence[Sequence[Any]]
@@ -68,10 +70,16 @@ def _pairs(columns: Sequence[str]) -> list[tuple[int, int]]:
 
 
 def _marks(column: Sequence[Any]) -> dict[str, str] | None:
-    """Label -> 'prev' or 'this' where the column holds exactly two labels, consecutive periods."""
+    """Label -> 'prev' or 'this' where the column holds exactly two labels, consecutive periods: months or
+    quarters, or runs of whole years ('2018-2020', '2021-2023') the second of which starts the year after the
+    first ends."""
     texts = list(dict.fromkeys(t for v in column if (t := label_text(v)) is not None))
     if len(texts) != 2 or len(column) < 2 or any(v is None for v in column):
         return None
+    ranges = {t: r for t in texts if (r := year_range(label_key(t))) is not None}
+    if len(ranges) == 2:
+        earlier, later = sorted(ranges, key=ranges.__getitem__)
+        return {earlier: "prev", later: "this"} if ranges[later][0] == ranges[earlier][1] + 1 else None
     year = one_year(map(label_key, texts))
     first, second = (period_index(t, year) for t in texts)
     if first is None or second is None or abs(first - second) != 1:

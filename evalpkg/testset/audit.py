@@ -21,7 +21,7 @@ from evalpkg.grading import ties
 from evalpkg.grading.comparator import match
 from evalpkg.grading.execution import GoldCache, gold_match, prediction_of, rate_columns
 from evalpkg.grading.periods import MONTH_NAMES
-from evalpkg.grading.summary import is_total_label, without_summary_rows
+from evalpkg.grading.summary import additive_columns, is_total_label, without_summary_rows
 from evalpkg.progress import Progress, quiet
 from evalpkg.sql.executor import jsonable
 from evalpkg.sql.gold import GoldRunner
@@ -41,6 +41,7 @@ class Gold:
     columns: list[str]
     rows: Rows
     groups: list[int] | None  # tie groups where order matters
+    decimals: list[int | None] = field(default_factory=list)  # per column, the decimals its SQL rounded to
 
 
 Layout = tuple[Rows, list[str]]
@@ -184,6 +185,119 @@ def described_total_row(g: Gold) -> Layout | None:
     label = _columns_where(g, lambda vs: all(isinstance(v, str) for v in vs))[0]
     total = [("合计" if j == label else v) for j, v in enumerate(total)]
     return [[*r, "group"] for r in groups] + [[*total, "sum of the rows above"]], [*columns, "row_kind"]
+
+
+SUMMARY_LABELS = ("合计", "全院", "Total", "Hospital-wide")
+
+
+def _summary_row(g: Gold, *, wrong: bool) -> Layout | None:
+    """A row labelled in summary words after the rows: counts that add up (the gold's additive columns) summed,
+    one of them off beyond the tolerance where `wrong`; every other number one the gold cannot check (a distinct
+    count: the largest row's; a rate or mean: half the smallest, outside the rows' range)."""
+    labels = _label_columns(g)
+    numbers = _ints(g) + _floats(g)
+    additive = set(additive_columns(g.sql, g.columns)) & set(_ints(g))
+    tol = g.task.result.numeric_tolerance
+    unchecked = [j for j in numbers if j not in additive]
+    if len(g.rows) < 2 or not labels or without_summary_rows(g.rows) is not None:
+        return None
+    if (wrong and not additive) or (not wrong and not unchecked):
+        return None  # a wrong total the gold cannot check; a total the gold checks throughout (total_row)
+
+    def cell(j: int) -> Any:
+        values = [r[j] for r in g.rows]
+        if j in additive:
+            total = sum(values)
+            return total + 1 + int(10 * tol * total) if wrong and j == min(additive) else total
+        if j in unchecked:
+            return max(values) if j in _ints(g) else min(values) / 2 if min(values) > 0 else max(values) + 1
+        return SUMMARY_LABELS[random.Random(g.task.id).randrange(len(SUMMARY_LABELS))] if j == labels[0] else None
+
+    total = [cell(j) for j in range(len(g.columns))]
+    if any(v == 0 for v in total if _numeric(v)):
+        return None  # a row of zeros may read as a group with nothing in it
+    return [*g.rows, total], g.columns
+
+
+def unchecked_total_row(g: Gold) -> Layout | None:
+    """A breakdown with a row labelled 合计, 全院, 'Total' or 'Hospital-wide' whose distinct count, rate or mean
+    the gold cannot check (a patient counted in two departments, a hospital-wide rate): the label says it is a
+    summary, so a grader sets it aside whatever its value; counts that add up are summed."""
+    return _summary_row(g, wrong=False)
+
+
+def wide_row_with_total(g: Gold) -> Layout | None:
+    """A gold of one label column (2 to 12 classes) and one count, answered as one row: a column per class
+    headed by its label, and a total column."""
+    labels, numbers = _label_columns(g), _ints(g) + _floats(g)
+    if len(g.columns) != 2 or len(labels) != 1 or len(numbers) != 1:
+        return None
+    heads = [r[labels[0]] for r in g.rows]
+    if not 2 <= len(heads) <= 12 or len(set(heads)) < len(heads):
+        return None
+    values = [r[numbers[0]] for r in g.rows]
+    return [[*values, sum(values)]], [*heads, "total"]
+
+
+def _year_range_sides(g: Gold) -> tuple[str, str] | None:
+    """The years each side of a comparison of two runs of whole years covers ('2018-2020', '2021-2023'), read
+    from the gold's date literals: all on the 1st of January, three boundaries, each side two years or more."""
+    literals = set(re.findall(r"'(\d{4})-(\d\d)-(\d\d)'", g.sql))
+    if any((m, d) != ("01", "01") for _, m, d in literals) or len(literals) != 3:
+        return None
+    first, middle, end = sorted(int(y) for y, _, _ in literals)
+    if middle - first < 2 or end - middle < 2:
+        return None
+    return f"{first}|{middle - 1}", f"{middle}|{end - 1}"
+
+
+_RANGE_STYLES = ("{}-{}", "{}–{}", "{}至{}", "{}年-{}年")
+
+
+def _year_range_rows(g: Gold, *, swapped: bool) -> Layout | None:
+    sides, ranges = _period_sides(g), _year_range_sides(g)
+    stems = sorted({stem for _, stem in sides.values()})
+    cell = {side: j for j, side in sides.items()}
+    if ranges is None or not stems or len(cell) != 2 * len(stems):
+        return None
+    keys = [j for j in range(len(g.columns)) if j not in sides]
+    if any(TIME_KEY_NAME.search(g.columns[j]) for j in keys):
+        return None  # a period of the gold's own (period_rows_by_role)
+    style = _RANGE_STYLES[random.Random(g.task.id).randrange(len(_RANGE_STYLES))]
+    labels = [style.format(*side.split("|")) for side in ranges]
+    rows: Rows = []
+    for r in g.rows:
+        numbers = [[r[cell["prev", stem]] for stem in stems], [r[cell["this", stem]] for stem in stems]]
+        if swapped:
+            if numbers[0] == numbers[1]:
+                return None
+            numbers.reverse()
+        rows += [[*(r[j] for j in keys), label, *values] for label, values in zip(labels, numbers, strict=True)]
+    return rows, [*(g.columns[j] for j in keys), "years", *(f"m{i}" for i in range(1, len(stems) + 1))]
+
+
+def period_rows_by_year_ranges(g: Gold) -> Layout | None:
+    """A comparison of two runs of whole years (prev_admissions for 2018-2020, this_admissions for 2021-2023) as
+    two rows labelled by the years each covers ('2018-2020', '2018–2020', '2018至2020', '2018年-2020年')."""
+    return _year_range_rows(g, swapped=False)
+
+
+def finer_than_a_rounding_gold(g: Gold) -> Layout | None:
+    """Where the gold's own SQL rounds (round(avg(zyts), 1) gives 8.6) and no wording asks it to, the finer value
+    a query that did not round returns (8.63): it rounds to the gold at the gold's decimals."""
+    cols = [j for j in _floats(g) if j < len(g.decimals) and (g.decimals[j] or 0) >= 1]
+    if not cols:
+        return None
+    rows = [[_finer(v, g.decimals[j] or 0, 0.31) if j in cols else v for j, v in enumerate(r)] for r in g.rows]
+    return rows, g.columns
+
+
+def _finer(value: Any, decimals: int, by: float) -> Any:
+    """A value moved by `by` units of its last decimal away from zero, with more digits than it was written with."""
+    if value is None:
+        return None
+    step = (by + 0.0123) * 10.0**-decimals
+    return value + step if value >= 0 else value - step
 
 
 def _long(g: Gold, label: Callable[[int], str | None]) -> Layout | None:
@@ -396,6 +510,43 @@ def total_label_on_a_group(g: Gold) -> Layout | None:
     return _total_words_on(g, the_total=False)
 
 
+def wrong_total_row(g: Gold) -> Layout | None:
+    """A row labelled as the total whose count of a unit that adds up (visits per department) is not the sum of
+    the rows: the gold checks that total, so it is wrong."""
+    return _summary_row(g, wrong=True)
+
+
+def wide_row_count_changed(g: Gold) -> Layout | None:
+    """The one wide row with a total column, one class's count off by one (the total left as it was)."""
+    if (layout := wide_row_with_total(g)) is None:
+        return None
+    (row,), columns = layout
+    changed = _changed(row[0], g.task.result.numeric_tolerance)
+    return [[changed, *row[1:]]], columns
+
+
+def period_ranges_swapped(g: Gold) -> Layout | None:
+    """The two runs of years with each one's numbers under the other's label."""
+    return _year_range_rows(g, swapped=True)
+
+
+def finer_rounding_to_another(g: Gold) -> Layout | None:
+    """Where the gold's SQL rounds, one value given finer and beyond the tolerance, rounding to another value at
+    the gold's decimals (8.73 for 8.6): a finer answer is read at the gold's decimals, not moved to them."""
+    tol = g.task.result.numeric_tolerance
+    for j in _floats(g):
+        d = g.decimals[j] if j < len(g.decimals) else None
+        if not d:
+            continue
+        for i, row in enumerate(g.rows):
+            v = row[j]
+            if v is not None and abs(_finer(v, d, 1.3) - v) > 2 * tol * abs(v):
+                rows = [list(r) for r in g.rows]
+                rows[i][j] = _finer(v, d, 1.3)
+                return rows, g.columns
+    return None
+
+
 def _changed(v: Any, tol: float) -> Any:
     return v + 1 if type(v) is int else v * (1 + 10 * tol) + 1
 
@@ -526,10 +677,13 @@ LAYOUTS: dict[str, Transform] = {
         rate_as_percentage,
         total_row,
         described_total_row,
+        unchecked_total_row,
+        finer_than_a_rounding_gold,
         periods_spelt_out,
         period_series,
         period_series_in_words,
         period_rows_by_role,
+        period_rows_by_year_ranges,
         labels_decorated,
         zero_row_added,
         total_labelled_in_words,
@@ -537,6 +691,7 @@ LAYOUTS: dict[str, Transform] = {
         long_form_en,
         long_form_column_names,
         wide_form,
+        wide_row_with_total,
     )
 }
 MUTATIONS: dict[str, Transform] = {
@@ -544,6 +699,7 @@ MUTATIONS: dict[str, Transform] = {
     for f in (
         one_number_changed,
         coarse_written_as_2dp,
+        finer_rounding_to_another,
         rows_out_of_order,
         row_dropped,
         row_added,
@@ -552,7 +708,10 @@ MUTATIONS: dict[str, Transform] = {
         day_moved,
         labels_swapped,
         total_label_on_a_group,
+        wrong_total_row,
         period_rows_swapped,
+        period_ranges_swapped,
+        wide_row_count_changed,
         unit_not_converted,
         count_for_fraction,
         empty_result,
@@ -619,7 +778,7 @@ def _gold(task: Task, gold: GoldCache) -> Gold:
     columns, _ = gold.get(task.gold_sql[0])
     ordered = gold.acceptable(task.gold_sql[0], task.result.order_matters)[0]
     rows = [[jsonable(v) for v in r] for r in ordered.rows]
-    return Gold(task, task.gold_sql[0], columns, rows, ordered.groups)
+    return Gold(task, task.gold_sql[0], columns, rows, ordered.groups, gold.decimals(task.gold_sql[0]))
 
 
 def _layouts(g: Gold, golds: GoldRunner) -> Iterator[tuple[str, Layout]]:
@@ -647,9 +806,9 @@ def _explained(g: Gold, rows: Rows, gold: GoldCache) -> bool:
 
 
 def summary(results: list[TransformResult]) -> list[str]:
-    lines = [f"{'transform':<24}{'kind':<10}{'tasks':>7}{'accepted':>10}{'rate':>8}  failures"]
+    lines = [f"{'transform':<28}{'kind':<10}{'tasks':>7}{'accepted':>10}{'rate':>8}  failures"]
     for r in results:
         rate = f"{r.accepted / r.applied:.0%}" if r.applied else "-"
         note = f"{len(r.failures)}" + (f" ({r.explained} explained: another gold, or unchanged)" if r.explained else "")
-        lines.append(f"{r.name:<24}{r.kind:<10}{r.applied:>7}{r.accepted:>10}{rate:>8}  {note}")
+        lines.append(f"{r.name:<28}{r.kind:<10}{r.applied:>7}{r.accepted:>10}{rate:>8}  {note}")
     return lines

@@ -13,7 +13,7 @@ import pytest
 
 from evalpkg.grading import ties
 from evalpkg.grading.comparator import COMPARATOR_VERSION, explain, match, order_key_columns, tie_groups
-from evalpkg.grading.summary import without_summary_rows
+from evalpkg.grading.summary import additive_columns, unchecked_columns, without_summary_rows
 
 GOLD = [[1, "a", 2.5], [1, "a", 2.5], [2, "b", None]]
 Rows = list[list[Any]] | None
@@ -282,7 +282,7 @@ def test_order_keys_by_position_and_unknown_expressions() -> None:
 
 
 def test_version_is_exported() -> None:
-    assert COMPARATOR_VERSION == 11
+    assert COMPARATOR_VERSION == 12
 
 
 @pytest.mark.parametrize(
@@ -337,6 +337,74 @@ BREAKDOWN = [["0101", "Cardiology", 30, 0.25], ["0102", "Endocrinology", 10, 0.5
 )
 def test_summary_rows(pred: list[list[Any]], kept: list[list[Any]] | None, why: str) -> None:
     assert without_summary_rows(pred) == kept, why
+
+
+# distinct patients per department (the gold cannot check their total: a patient seen in two departments
+# counts once) beside visits (a count that adds up), and a mean length of stay
+DISTINCT = [["Cardiology", 30, 40, 8.5], ["Endocrinology", 10, 12, 6.0], ["Respiratory", 20, 25, 9.1]]
+DISTINCT_SQL = (
+    "select d.ksmc, count(distinct v.patient_id) as patients, count(*) as visits, round(avg(v.zyts), 1) as alos "
+    "from emr.t_zy_visit v join emr.dict_dept d on d.ksdm = v.ksdm group by d.ksmc"
+)
+
+
+@pytest.mark.parametrize(
+    ("pred", "kept", "why"),
+    [
+        ([*DISTINCT, ["合计", 55, 77, 8.2]], DISTINCT, "a distinct-patient total, not the sum: unchecked"),
+        ([*DISTINCT, ["全院", 55, 77, 12.0]], DISTINCT, "a hospital-wide mean outside the rows' range, labelled so"),
+        ([*DISTINCT, ["Total", 60, 77, 8.2]], DISTINCT, "and the sum of the rows, as before"),
+        ([*DISTINCT, ["Hospital-wide", 55, 78, 8.2]], None, "visits add up: a wrong total of them is an extra row"),
+        ([*DISTINCT, [None, 55, 77, 8.2]], None, "a NULL label says no summary: only a true sum is set aside"),
+        ([*DISTINCT, ["Pediatrics", 55, 77, 8.2]], None, "a group's label is no summary"),
+        (
+            [["2024-01", *r] for r in DISTINCT] + [["2024-01", "合计", 55, 77, 8.2]],
+            [["2024-01", *r] for r in DISTINCT],
+            "a subtotal labelled in words beside the month it covers",
+        ),
+    ],
+)
+def test_summary_rows_the_gold_cannot_check(pred: list[list[Any]], kept: list[list[Any]] | None, why: str) -> None:
+    checked = [[r[j] for r in DISTINCT] for j in additive_columns(DISTINCT_SQL, ["ksmc", "patients", "visits", "alos"])]
+    shift = len(pred[0]) - len(DISTINCT[0])
+    free = {j + shift for j in unchecked_columns([r[shift:] for r in pred], checked)} | set(range(shift))
+    assert without_summary_rows(pred, free=free) == kept, why
+
+
+@pytest.mark.parametrize(
+    ("sql", "width", "additive", "why"),
+    [
+        (DISTINCT_SQL, 4, [2], "count(*) adds up; a distinct count and a mean do not"),
+        ("select ksdm, sum(fee) as fee, count(x) filter (where y) as n from t group by 1", 3, [1, 2], "sums, counts"),
+        ("with c as (select ksdm, count(*) as n from t group by 1) select c.ksdm, c.n from c", 2, [1], "via a CTE"),
+        ("select ksdm, count(*) * 100.0 / sum(count(*)) over () as share from t group by 1", 2, [], "a share"),
+        ("select a from t union select b from u", 1, [], "not read: nothing is checked by a sum"),
+    ],
+)
+def test_additive_columns(sql: str, width: int, additive: list[int], why: str) -> None:
+    assert additive_columns(sql, [f"c{j}" for j in range(width)]) == additive, why
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "decimals", "rel_tol", "expected", "why"),
+    [
+        ([[8.58]], [[8.6]], [1], 1e-6, True, "the gold rounded to one decimal; the finer value rounds to it"),
+        ([[8.58]], [[8.6]], [None], 1e-6, False, "a gold that does not say it rounded is not read coarser"),
+        ([[8.66]], [[8.6]], [1], 1e-6, False, "a finer value that rounds to another value"),
+        ([[8.66]], [[8.6]], [1], 0.01, True, "which the task's tolerance may still accept"),
+        ([[8.73]], [[8.6]], [1], 0.01, False, "but not beyond it"),
+        ([[0.714]], [[0.71]], [2], 1e-6, True, "two decimals"),
+        ([[0.7]], [[0.71]], [2], 1e-6, False, "a coarser value is not finer"),
+        ([[8.58], [None]], [[None], [8.6]], [1], 1e-6, True, "NULLs stay where they are"),
+        ([[8.58], [8.61]], [[8.6], [8.6]], [1], 1e-6, True, "two values rounding to one gold value"),
+        ([[8.58], [8.66]], [[8.6], [8.7]], [1], 1e-6, True, "each to its own"),
+        ([[8.58], [8.56]], [[8.6], [8.7]], [1], 1e-6, False, "a gold value no prediction rounds to"),
+    ],
+)
+def test_a_gold_that_rounds_is_met_by_a_finer_prediction(
+    pred: Rows, gold: list[list[Any]], decimals: list[int | None], rel_tol: float, expected: bool, why: str
+) -> None:
+    assert match(pred, gold, rel_tol=rel_tol, gold_stated=decimals) is expected, why
 
 
 def _fake_run(rows: list[list[Any]]) -> Callable[[str], list[list[Any]]]:

@@ -566,3 +566,31 @@ QUARTER_HEADERS = ["role", "quarter", "discharges", "alos_days", "stays_over_14d
 )
 def test_a_comparison_keyed_by_its_period_answered_as_period_rows(pred: Rows, expected: bool, why: str) -> None:
     assert graded(pred, QUARTER_HEADERS, QUARTER_GOLD, QUARTER_COLUMNS, QUARTER_NAMES) is expected, why
+
+
+# anom-anomaly_retired_dept_admissions_drop: admissions in 2018-2020 against 2021-2023, one wide row.
+RETIRED_GOLD = [["老年病科(停用)", 1, 723, 45]]
+RETIRED_COLUMNS = ["ksmc", "ty_bz", "prev_admissions", "this_admissions"]
+
+
+@pytest.mark.parametrize(
+    ("earlier", "later", "values", "expected", "why"),
+    [
+        ("2018-2020", "2021-2023", (723, 45), True, "ranges with a hyphen"),
+        ("2018–2020", "2021–2023", (723, 45), True, "ranges with an en dash"),
+        ("2018至2020", "2021至2023", (723, 45), True, "ranges in Chinese"),
+        ("2018年-2020年", "2021年-2023年", (723, 45), True, "ranges of years written 年"),
+        ("2018 to 2020", "2021 to 2023", (723, 45), True, "ranges in words"),
+        ("2018-2020", "2021-2023", (45, 723), False, "each range's numbers under the other's label"),
+        ("2018-2020", "2022-2023", (723, 45), False, "runs that leave a year out are no two sides of a comparison"),
+        ("2018-2021", "2021-2023", (723, 45), False, "runs that overlap"),
+        ("2018", "2021-2023", (723, 45), False, "a year is no run of years"),
+    ],
+)
+def test_a_comparison_of_runs_of_years_answered_as_rows_labelled_by_them(
+    earlier: str, later: str, values: tuple[int, int], expected: bool, why: str
+) -> None:
+    pred = [["老年病科(停用)", 1, earlier, values[0]], ["老年病科(停用)", 1, later, values[1]]]
+    columns = ["ksmc", "ty_bz", "years", "admissions"]
+    assert graded(pred, columns, RETIRED_GOLD, RETIRED_COLUMNS, [[] for _ in RETIRED_COLUMNS]) is expected, why
+    assert graded(pred[::-1], columns, RETIRED_GOLD, RETIRED_COLUMNS, [[] for _ in RETIRED_COLUMNS]) is expected, why
