@@ -12,6 +12,8 @@ from evalpkg.progress import to_stderr
 from evalpkg.settings import get_settings
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from evalpkg.settings import Settings
     from evalpkg.testset.refresh_release import QueueRelease
     from evalpkg.testset.review_queue import Candidate
@@ -41,8 +43,7 @@ def refresh(
     points and tags, its wordings drafted (by the model at --endpoint, else from the ticket) for review.
     Prints each dropped ticket with its reason, each trap tag removed, and the candidates queued before."""
     from evalpkg.sql.vocabulary import MONTH
-    from evalpkg.testset import worlds
-    from evalpkg.testset.refresh import refresh as run
+    from evalpkg.testset.refresh import mine
 
     if not MONTH.fullmatch(month):
         raise UsageError(f"--month: must be YYYY-MM (month 01..12), got {month!r}")
@@ -55,9 +56,13 @@ def refresh(
 
         drafter = ModelDrafter(ModelClient(endpoint, max_retries=1), model)
     try:
-        reference = worlds.WORLDS if reference_worlds else ()
-        report = run(
-            get_settings(), month, drafter=drafter, auto_approve=auto_approve, reference=reference, progress=to_stderr
+        report = mine(
+            get_settings(),
+            month,
+            reference_worlds=reference_worlds,
+            drafter=drafter,
+            auto_approve=auto_approve,
+            progress=to_stderr,
         )
         for line in report.details():
             typer.echo(line)
@@ -223,16 +228,19 @@ def _wordings_file(path: str) -> dict[str, str | None]:
 def _show_candidates(settings: Settings, ids: list[str]) -> None:
     from evalpkg.testset.models import Language
     from evalpkg.testset.refresh import load_queue
+    from evalpkg.testset.ticket_task import period_anchor
 
     queue = {c.task.id: c for _, c in load_queue(settings)}
     if unknown := [i for i in ids if i not in queue]:
         raise UsageError(f"not in the review queue: {', '.join(unknown)}")
     for c in (queue[i] for i in ids):
         t = c.task
-        typer.echo(f"{t.id} ({c.status}; ticket #{c.ticket_id}, {c.month}): {t.type.value}, {t.difficulty.value}")
+        status = f"released in {c.released_in}" if c.released_in else c.status
+        typer.echo(f"{t.id} ({status}; ticket #{c.ticket_id}, {c.month}): {t.type.value}, {t.difficulty.value}")
         if c.request:
             typer.echo(f"  ticket request (source material): {c.request}")
         typer.echo(f"  gold: {t.gold_sql[0]}")
+        typer.echo(f"  periods count from: {period_anchor(t.gold_sql[0], _asked_on(c))}")
         for o in t.outputs:
             typer.echo(f"  output {o.name} (column {o.column}): {o.meaning[Language.zh]} / {o.meaning[Language.en]}")
         typer.echo(f"  answer points: {len(t.answer_points)} number(s); tags: {', '.join(t.tags) or 'none'}")
@@ -242,6 +250,14 @@ def _show_candidates(settings: Settings, ids: list[str]) -> None:
             state = f"approved by {w.approved_by}" if w and w.approved_by else "NOT APPROVED"
             origin = f"written by {w.approved_by}" if w and w.edited else f"drafted: {w.drafted_by if w else '?'}"
             typer.echo(f"  {v.language.value}/{v.complexity.value:<10} [{origin}; {state}] {v.text}")
+
+
+def _asked_on(c: Candidate) -> datetime:
+    """The ticket's own date: the candidate's provenance keeps it (its month's first day where it does not)."""
+    from datetime import datetime
+
+    created = c.task.provenance.params.get("created_at")
+    return datetime.fromisoformat(str(created)) if created else datetime.fromisoformat(f"{c.month}-01")
 
 
 def _second_annotation(c: Candidate) -> str:

@@ -231,9 +231,14 @@ def previous_month(day: date) -> str:
 
 
 def testset_refresh(month: str, auto_approve: bool = False) -> list[str]:
-    from evalpkg.testset.refresh import refresh
+    """Mine `month` as `evalpkg testset refresh --month` does by default (the same function, the same
+    default): each candidate checked in the reference worlds before review; the summary goes to the task log."""
+    from evalpkg.testset.refresh import mine
 
-    return refresh(get_settings(), month, auto_approve=auto_approve).added
+    report = mine(get_settings(), month, auto_approve=auto_approve, progress=print)
+    for line in report.details():
+        print(line)
+    return report.added
 
 
 def testset_release() -> str | None:

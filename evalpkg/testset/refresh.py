@@ -90,15 +90,33 @@ class Ticket:
     sql: str
 
 
+Rows = list[list[Any]]
+
+
 @dataclass
 class Mined:
-    """A ticket that passed the checks on its own, as a candidate, and how sturdy its answer is."""
+    """A ticket that passed the checks on its own, as a candidate, with its answer on the snapshot (`rows`)
+    and wherever else mining ran it (`answers`: the snapshot's, then each reference world's; None where the
+    gold failed)."""
 
     ticket: Ticket
     candidate: Candidate
-    sturdiness: float  # the smallest number of its answer (a count of 42 outlasts one of 10 in another world)
-    rows: list[list[Any]]
+    rows: Rows
     columns: list[str]
+    answers: list[Rows | None]
+
+    @property
+    def sturdiness(self) -> tuple[int, float]:
+        return sturdiness(self.answers)
+
+
+def sturdiness(answers: list[Rows | None]) -> tuple[int, float]:
+    """How sturdy an answer is, larger first: in how many of the places it ran (the snapshot, each reference
+    world) it holds (a number that is not NULL, not all 0), then its smallest number where it holds (a count
+    of 42 outlasts one of 10 on another snapshot). Of two tickets asking the same, the sturdier is kept."""
+    held = [rows for rows in answers if rows and ticket_task.answer_points(rows) and not ticket_task.all_zero(rows)]
+    numbers = [abs(float(v)) for rows in held for row in rows for v in row if ticket_task.is_number(v)]
+    return len(held), min(numbers, default=0.0)
 
 
 def _month_bounds(month: str) -> tuple[date, date]:
@@ -114,16 +132,20 @@ def ticket_sql_accepted(sql: str) -> bool:
     return guard.is_single_select(sql)
 
 
-def covered_questions(settings: Settings, queue: list[Candidate]) -> dict[str, str]:
+def released_tasks(settings: Settings) -> list[Task]:
+    """The latest release's tasks (none before the first release)."""
+    return release.load(settings.tasks_dir).tasks if release.versions(settings.tasks_dir) else []
+
+
+def covered_questions(settings: Settings, queue: list[Candidate], released: list[Task] | None = None) -> dict[str, str]:
     """The questions (fingerprint.question: the same tables, filters, measure and the same drug, code,
     department or threshold literals; another period is the same question) a new ticket would repeat, each
     with who asks it: every released task, and every candidate still in the running (a rejected or refused
     one covers nothing, so a ticket asking the same is mined)."""
     owners: dict[str, str] = {}
-    if release.versions(settings.tasks_dir):
-        for task in release.load(settings.tasks_dir).tasks:
-            for sql in task.gold_sql:
-                owners.setdefault(fingerprint.question(sql), f"released task {task.id}")
+    for task in released_tasks(settings) if released is None else released:
+        for sql in task.gold_sql:
+            owners.setdefault(fingerprint.question(sql), f"released task {task.id}")
     for c in queue:
         if c.status != "rejected":
             owners.setdefault(fingerprint.question(c.task.gold_sql[0]), _owner(c))
@@ -138,6 +160,26 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+# Where mining checks each candidate unless told not to: the release's own worlds. The CLI and the
+# testset_refresh DAG both mine through mine(), so both check there by default.
+MINING_WORLDS: tuple[worlds.World, ...] = worlds.WORLDS
+
+
+def mine(
+    settings: Settings,
+    month: str,
+    *,
+    reference_worlds: bool = True,
+    drafter: ticket_task.ModelDrafter | None = None,
+    auto_approve: bool = False,
+    progress: Progress = quiet,
+) -> RefreshReport:
+    """refresh() as `evalpkg testset refresh` and the testset_refresh DAG run it: each candidate checked in
+    MINING_WORLDS (a missing one built first) unless `reference_worlds` is False."""
+    reference = MINING_WORLDS if reference_worlds else ()
+    return refresh(settings, month, drafter=drafter, auto_approve=auto_approve, reference=reference, progress=progress)
+
+
 def refresh(
     settings: Settings,
     month: str,
@@ -148,8 +190,8 @@ def refresh(
     progress: Progress = quiet,
 ) -> RefreshReport:
     """Mine a month of done tickets into the queue; `drafter`: the model that drafts the wordings;
-    `reference`: the worlds each candidate is checked in as the release will check it (the CLI's default:
-    worlds.WORLDS; none: not checked, the release still checks).
+    `reference`: the worlds each candidate is checked in as the release will check it (mine()'s default, the
+    CLI's and the DAG's: MINING_WORLDS; none: not checked, the release still checks).
 
     Idempotent: a ticket queued before (whatever became of it) is reported as queued, and every other
     ticket meets the same checks in the same order, so a rerun with nothing changed queues nothing and
@@ -157,7 +199,9 @@ def refresh(
     start, end = _month_bounds(month)
     report = RefreshReport(month, reference_worlds=len(reference))
     queue = [c for _, c in load_queue(settings)]
-    owners = covered_questions(settings, queue)
+    latest = released_tasks(settings)
+    owners = covered_questions(settings, queue, latest)
+    negations = ticket_task.released_negations(latest)
     queued = {c.ticket_id: c for c in queue}  # whatever became of them, decisions stay
     tickets = done_tickets(settings, start, end)
     report.tickets = len(tickets)
@@ -168,11 +212,12 @@ def refresh(
         for ticket in tickets:
             if ticket.id in queued:
                 report.queued.append(queued[ticket.id].task.id)
-            elif found := _mine(report, golds, ticket, owners, month, meanings):
+            elif found := _mine(report, golds, ticket, owners, negations, month, meanings):
                 mined.append(found)
     held = _in_worlds(settings, report, mined, reference, progress)
-    # of two tickets asking the same question, the sturdier is kept, whichever was mined first
-    for m in sorted(held, key=lambda m: (-m.sturdiness, m.ticket.id)):
+    # of two tickets asking the same question, the sturdier (its answer holding in more of the places it ran,
+    # then the larger) is kept, whichever was mined first
+    for m in sorted(held, key=lambda m: (-m.sturdiness[0], -m.sturdiness[1], m.ticket.id)):
         key = fingerprint.question(m.ticket.sql)
         if key in owners:
             report.drop("already covered", m.ticket.id, f"the same question as {owners[key]}")
@@ -193,11 +238,13 @@ def _mine(
     golds: GoldRunner,
     ticket: Ticket,
     owners: dict[str, str],
+    negations: list[tuple[Task, ticket_task.Asked]],
     month: str,
     meanings: ticket_task.Meanings,
 ) -> Mined | None:
     """The ticket as a candidate that holds on the snapshot, or None with the reason reported. The answer
-    is checked before the repeat test: a ticket whose answer is NULL or 0 is dropped for that."""
+    is checked before the repeat tests (the same question; the meaning of a released negation task): a
+    ticket whose answer is NULL or 0 is dropped for that."""
     tid, sql = ticket.id, ticket.sql
     if not ticket_sql_accepted(sql):
         report.drop("not one read-only query", tid)
@@ -224,12 +271,14 @@ def _mine(
         report.drop("already covered", tid, f"the same question as {owners[key]}")
     else:
         cand = _candidate(report, None, month, tid, ticket.created, ticket.request, sql, rows, columns, meanings)
+        if why := ticket_task.meaning_repeat(cand.task, negations):
+            report.drop("already covered", tid, why)
+            return None
         if problems := check_golds(cand.task, golds):  # the checks a release holds it to, here first
             report.drop(f"its gold does not hold on the snapshot ({problems[0].code.replace('_', ' ')})", tid)
             return None
         task = biting_tags_only(cand.task, golds)
-        sturdy = min(abs(float(rows[p.row or 0][p.col or 0])) for p in points)  # number points have both
-        return Mined(ticket, cand.model_copy(update={"task": task}), sturdy, rows, columns)
+        return Mined(ticket, cand.model_copy(update={"task": task}), rows, columns, [rows])
     return None
 
 
@@ -242,10 +291,12 @@ def _in_worlds(
 ) -> list[Mined]:
     """The mined candidates that hold in every reference world, as the release will check them: one whose
     gold or premise fails there is dropped with the reason; a trap tag that does not bite in a world is
-    removed from the candidate and noted (its gold holds), never a reason to drop it."""
+    removed from the candidate and noted (its gold holds), never a reason to drop it. Each keeps its answer
+    in every world, which its sturdiness reads."""
     if not reference or not mined:
         return mined
-    found = findings(settings, [m.candidate.task for m in mined], reference, progress=progress)
+    answers: dict[str, list[Rows | None]] = {}
+    found = findings(settings, [m.candidate.task for m in mined], reference, progress=progress, answers=answers)
     held = []
     for m in mined:
         task = m.candidate.task
@@ -260,7 +311,7 @@ def _in_worlds(
         checked = f"{MINED_IN_WORLDS} ({len(reference)} checked)"
         update = {"tags": kept, "maintenance_notes": "; ".join([task.maintenance_notes, *notes, checked])}
         cand = m.candidate.model_copy(update={"task": task.model_copy(update=update)})
-        held.append(Mined(m.ticket, cand, m.sturdiness, m.rows, m.columns))
+        held.append(Mined(m.ticket, cand, m.rows, m.columns, [m.rows, *answers.get(task.id, [])]))
     return held
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from evalpkg.progress import Progress, quiet
 from evalpkg.settings import Settings
-from evalpkg.sql.gold import gold_runner
+from evalpkg.sql.gold import GoldError, GoldRunner, gold_runner
 from evalpkg.testset import premises, traps, worlds
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Task
@@ -58,9 +59,16 @@ def _problems(
 
 
 def findings(
-    settings: Settings, tasks: list[Task], reference: tuple[worlds.World, ...], *, progress: Progress = quiet
+    settings: Settings,
+    tasks: list[Task],
+    reference: tuple[worlds.World, ...],
+    *,
+    progress: Progress = quiet,
+    answers: dict[str, list[list[list[Any]] | None]] | None = None,
 ) -> dict[str, list[Finding]]:
-    """Task id -> every check it fails in each reference world (mining and the release read the same)."""
+    """Task id -> every check it fails in each reference world (mining and the release read the same).
+    `answers`, when given, receives task id -> its first gold's rows in each world, in order (None where it
+    fails): what mining weighs two tickets asking the same question by (the checks ran it already)."""
     out: dict[str, list[Finding]] = {t.id: [] for t in tasks}
     if not tasks:
         return out
@@ -69,6 +77,8 @@ def findings(
         with gold_runner(scratch) as golds:
             for task in tasks:
                 out[task.id] += [Finding(f"{p.message} {where}") for p in check_golds(task, golds)]
+                if answers is not None:
+                    answers.setdefault(task.id, []).append(_rows(golds, task.gold_sql[0]))
             for outcome in traps.measure(tasks, golds):
                 if outcome.status != "bites":
                     why = f"trap {outcome.tag} {outcome.status.replace('_', ' ')} {where}: {outcome.detail}"
@@ -76,3 +86,10 @@ def findings(
             for finding in premises.check(tasks, golds.result):
                 out[finding.task_id].append(Finding(f"premise {finding.check} fails {where}: {finding.detail}"))
     return out
+
+
+def _rows(golds: GoldRunner, sql: str) -> list[list[Any]] | None:
+    try:
+        return [list(row) for row in golds.result(sql).rows]
+    except GoldError:
+        return None

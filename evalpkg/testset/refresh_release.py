@@ -143,9 +143,25 @@ def _write(
             "world(s) checked"
         )
     rel = release.write(tasks_dir, version, [*base.tasks, *new_tasks], snap, changes)
+    release.add_changelog_summary(tasks_dir, version, changelog_prose([c for _, c in passed], worlds_checked))
     for path, cand in passed:
         save(path, cand.model_copy(update={"released_in": version}))
     return rel
+
+
+def changelog_prose(released: list[Candidate], worlds_checked: int) -> str:
+    """The CHANGELOG paragraph of a release from the review queue: which ticket months its tasks came from."""
+    months = Counter(c.month for c in released)
+    named = ", ".join(f"{n} from {month}" for month, n in sorted(months.items()))
+    which = "the query tickets of " + _and(sorted(months))
+    return (
+        f"Monthly refresh: {len(released)} task(s) mined from {which} ({named}), each reviewed (every wording "
+        f"approved, a second annotation that agrees) and holding in the {worlds_checked} reference world(s) checked."
+    )
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _origins(wordings: list[Wording]) -> str:

@@ -78,6 +78,9 @@ class Candidate(BaseModel):
 
     @property
     def status(self) -> str:
+        """pending, approved, rejected, or released (its decisions final: `released_in` names the version)."""
+        if self.released_in:
+            return "released"
         return (
             "pending"
             if not self.decisions

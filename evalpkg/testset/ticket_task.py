@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from evalpkg.sql import fingerprint
 from evalpkg.sql.parse import parse_statement
-from evalpkg.sql.vocabulary import ABSOLUTE_PERIOD, RELATIVE_WORDS
+from evalpkg.sql.vocabulary import ABSOLUTE_PERIOD, DATE_TEXT, RELATIVE_WORDS
 from evalpkg.testset.build import TYPE_PREFIX
 from evalpkg.testset.classify import AGG_EN, classify
 from evalpkg.testset.models import (
@@ -38,6 +38,7 @@ from evalpkg.testset.models import (
     QuestionVariant,
     Review,
     Task,
+    TaskType,
     Turn,
 )
 from evalpkg.testset.params import RETIRED_GLUCOSE_CUTOFFS, RETIRED_GLUCOSE_WHY
@@ -104,19 +105,19 @@ def outputs(sql: str, columns: list[str], meanings: Meanings) -> list[Output]:
     return out
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
 
 
 def answer_points(rows: Sequence[Sequence[Any]]) -> list[AnswerPoint]:
     """Every numeric cell of the gold, row by row (a monthly series: each month's number), up to MAX_POINTS."""
-    cells = [(r, c) for r, row in enumerate(rows) for c, v in enumerate(row) if _is_number(v)]
+    cells = [(r, c) for r, row in enumerate(rows) for c, v in enumerate(row) if is_number(v)]
     return [AnswerPoint(kind="number", row=r, col=c) for r, c in cells[:MAX_POINTS]]
 
 
 def all_zero(rows: Sequence[Sequence[Any]]) -> bool:
     """Every number of the result is 0: a wrong query that finds nothing would agree with it."""
-    return all(float(v) == 0 for row in rows for v in row if _is_number(v))
+    return all(float(v) == 0 for row in rows for v in row if is_number(v))
 
 
 # Lab cut-offs the clinical review withdrew, per lab item code: the templates' retired parameter values.
@@ -162,6 +163,123 @@ def relative_anchor(request: str, sql: str, created: datetime) -> str | None:
     ]
     if near:
         return f"an interval counted from {near[0]}, the ticket's own date, not (select pinned_now from meta.snapshot)"
+    return None
+
+
+def period_anchor(sql: str, created: datetime) -> str:
+    """Which date the gold's periods count from, for the reviewer: the snapshot's now (the period moves with
+    each snapshot), a fixed date with an interval counted from it (the ticket's own date, or another), fixed
+    dates only (an absolute period), or none (all of time)."""
+    asked = created.date()
+    if NOW_SQL in sql.lower():
+        return (
+            f"the snapshot's now, (select pinned_now from meta.snapshot): each snapshot's own period (the ticket "
+            f"was asked on {asked})"
+        )
+    tree = parse_statement(sql)
+    counted = sorted(
+        {
+            d
+            for iv in tree.find_all(exp.Interval)
+            if isinstance(iv.parent, exp.Sub | exp.Add)
+            for lit in iv.parent.find_all(exp.Literal)
+            if (d := _date_of(str(lit.this)))
+        }
+    )
+    if counted:
+        days = (counted[0] - asked).days
+        side = f"{abs(days)} days {'before' if days < 0 else 'after'} the ticket's date {asked}"
+        whose = "the ticket's own date" if abs(days) <= ANCHOR_DAYS else side
+        return f"the fixed date {counted[0]} ({whose}): the period does not move with the snapshot"
+    dates = sorted({d for lit in tree.find_all(exp.Literal) if lit.is_string if (d := _date_of(str(lit.this)))})
+    if dates:
+        return f"none: fixed dates only ({', '.join(map(str, dates))}), an absolute period"
+    return "none: no date in the gold (all of time)"
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a question names, read from its SQL: its tables, the codes, drug classes, departments and
+    thresholds it filters on (its literals but periods, row counts and the 0 and 1 of flags), and those of
+    them it negates: inside NOT EXISTS, NOT IN, an EXISTS flag read as NOT flag, a LEFT JOIN whose rows
+    must be missing (IS NULL), or the right side of EXCEPT."""
+
+    tables: frozenset[str]
+    literals: frozenset[str]
+    negated: frozenset[str]
+
+    @classmethod
+    def of(cls, sql: str) -> Asked:
+        tree = parse_statement(sql)
+        return cls(frozenset(fingerprint.tables_in(tree)), _named(tree), _negated(tree))
+
+
+def _named(node: exp.Expr) -> frozenset[str]:
+    out = set()
+    for lit in node.find_all(exp.Literal):
+        text = str(lit.this).strip()
+        if isinstance(lit.parent, exp.Interval | exp.Limit | exp.Offset) or DATE_TEXT.fullmatch(text):
+            continue
+        if lit.is_string:
+            out.add(repr(text))
+        elif float(text) not in (0.0, 1.0):
+            out.add(f"{float(text):g}")
+    return frozenset(out)
+
+
+def _unwrapped(node: exp.Expr) -> exp.Expr:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _negated(tree: exp.Expr) -> frozenset[str]:
+    """The literals of what the question says is missing."""
+    scopes: list[exp.Expr] = []
+    flags = set()
+    for n in tree.find_all(exp.Not):
+        inner = _unwrapped(n.this)
+        if isinstance(inner, exp.Exists | exp.In):
+            scopes.append(inner)
+        elif isinstance(inner, exp.Column):
+            flags.add(inner.name.lower())
+    scopes += [a.this for a in tree.find_all(exp.Alias) if a.alias.lower() in flags and a.this.find(exp.Exists)]
+    missing = {
+        c.table.lower()
+        for i in tree.find_all(exp.Is)
+        if isinstance(i.expression, exp.Null) and not isinstance(i.parent, exp.Not)
+        if isinstance(c := _unwrapped(i.this), exp.Column) and c.table
+    }
+    scopes += [j for j in tree.find_all(exp.Join) if j.side.upper() == "LEFT" and j.alias_or_name.lower() in missing]
+    scopes += [e.expression for e in tree.find_all(exp.Except)]
+    return frozenset(lit for scope in scopes for lit in _named(scope))
+
+
+def released_negations(tasks: Sequence[Task]) -> list[tuple[Task, Asked]]:
+    """The negation tasks of a release (who lacks something), with what each names: what meaning_repeat reads."""
+    return [(t, Asked.of(sql)) for t in tasks if t.type is TaskType.negation for sql in t.gold_sql]
+
+
+def meaning_repeat(task: Task, released: Sequence[tuple[Task, Asked]]) -> str | None:
+    """Why a candidate asks what a released task asks though its SQL has another shape (None: it does not).
+    Both ask who has X but lacks Y (the released one a negation task; the candidate's SQL says what is
+    missing, in whatever shape, a LEFT JOIN ... IS NULL too): the candidate reads only tables the released gold
+    reads, what it says is missing (Y) is what the released gold says is missing, and what else it names
+    (X: codes, classes, departments, thresholds) the released gold names too. An "AF ('I48%') without an
+    anticoagulant ('抗凝药')" ticket asks what neg-af_no_anticoagulant_age_group asks (whose gold names an
+    age group and antiplatelets besides); "AF without an antiplatelet" does not."""
+    mine = Asked.of(task.gold_sql[0])
+    lacks = {lit for lit in mine.negated if lit.startswith("'")}
+    has = {lit for lit in mine.literals - mine.negated if lit.startswith("'")}
+    if not (lacks and has):
+        return None  # too little named to tell what it asks
+    for other, theirs in released:
+        if mine.tables <= theirs.tables and mine.negated <= theirs.negated and mine.literals <= theirs.literals:
+            template = f" (template {other.provenance.template_id})" if other.provenance.template_id else ""
+            return (
+                f"asks what released task {other.id}{template} asks: who has {', '.join(sorted(has))} "
+                f"but no {', '.join(sorted(lacks))}, in the same tables"
+            )
     return None
 
 

@@ -171,10 +171,21 @@ def test_ehr_deid_sync_renders_dbt_models_and_their_tests_as_tasks(dagbag: Any) 
     assert any("t_lab_result" in t for t in dbt_tasks) and any(t.endswith(".test") for t in dbt_tasks)
 
 
-def test_testset_refresh_mines_last_month_into_the_review_queue(dagbag: Any, tmp_path: Path) -> None:
+def test_testset_refresh_mines_last_month_into_the_review_queue(
+    dagbag: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The DAG mines as `evalpkg testset refresh --month` does by default: each candidate checked in the
+    reference worlds before review. Here in the testset tests' one small world (built once a session), not
+    the six at the reference scale: the same code path, in minutes less."""
     import shutil
     from datetime import datetime
 
+    from evalpkg.testset import refresh
+    from evalpkg.testset.refresh_release import MINED_IN_WORLDS
+    from evalpkg.testset.review_queue import Candidate
+    from tests.testset.test_refresh_quality import WORLD
+
+    monkeypatch.setattr(refresh, "MINING_WORLDS", (WORLD,))
     tasks_dir = tmp_path / "tasks"  # never the repository's own queue
     shutil.copytree(PROJECT_ROOT / "tasks", tasks_dir, ignore=shutil.ignore_patterns("review"))
     released = sorted(p.name for p in tasks_dir.iterdir() if p.name.startswith("v"))
@@ -188,8 +199,9 @@ def test_testset_refresh_mines_last_month_into_the_review_queue(dagbag: Any, tmp
         else:
             os.environ["EVALPKG_TASKS_DIR"] = saved
     assert str(run.state) == "success"
-    queued = list((tasks_dir / "review" / "2026-10").glob("*.json"))
-    assert queued  # October's tickets became candidates, waiting for review
+    queued = [Candidate.model_validate_json(p.read_text()) for p in (tasks_dir / "review" / "2026-10").glob("*.json")]
+    assert queued  # October's tickets became candidates, waiting for review, each checked in the world first
+    assert all(f"{MINED_IN_WORLDS} (1 checked)" in c.task.maintenance_notes for c in queued), queued[0].task
     assert sorted(p.name for p in tasks_dir.iterdir() if p.name.startswith("v")) == released  # nothing unreviewed
 
 

@@ -187,6 +187,14 @@ def test_a_month_from_mining_to_release(
     assert (code, dry_code) == (0, 0), (out, exc)
     record = release.changelog_entry(settings.tasks_dir, "v2").added[tid]
     assert "6 wordings approved (1 drafted from the ticket, 5 written by a reviewer)" in record, record
+    # the release's CHANGELOG section names the ticket month; the queue says the candidate is released
+    section = (settings.tasks_dir / "CHANGELOG.md").read_text(encoding="utf-8").split("\n## ")[1]
+    assert section.startswith("v2 ") and f"1 task(s) mined from the query tickets of {MONTH}" in section, section
+    _, listed, _ = cli(settings, "review")
+    assert listed.startswith(f"released  {tid}"), listed
+    _, out, _ = cli(settings, "review", tid, "--show")
+    assert f"{tid} (released in v2; ticket #{ticket['good']}" in out, out
+    assert "  periods count from: none: no date in the gold (all of time)" in out, out
 
 
 def test_a_rejected_candidate_covers_nothing(month_of_tickets: tuple[Settings, dict[str, int]]) -> None:

@@ -1,8 +1,10 @@
 """Mining a month tells questions apart, on a month of tickets made for it: two drugs asked the same way are
-two questions, one question asked three times keeps its largest answer (the NULL one dropped for its NULL,
-not as covered), a "recent half year" counted from the ticket's own date is refused, and a trap tag that
-does not bite in a reference world is dropped from the candidate, which is kept; mining the month again
-changes nothing and says so; a release that refuses a candidate mining passed says so."""
+two questions, one question asked four times keeps the answer that holds in the most places (snapshot and
+reference worlds), then the largest (the NULL one dropped for its NULL, not as covered), a ticket that asks
+what a released task asks in another SQL shape is covered, a "recent half year" counted from the ticket's
+own date is refused, and a trap tag that does not bite in a reference world is dropped from the candidate,
+which is kept; mining the month again changes nothing and says so; a release that refuses a candidate
+mining passed says so."""
 
 from __future__ import annotations
 
@@ -21,11 +23,17 @@ from evalpkg.testset.refresh_checks import Finding, findings
 from evalpkg.testset.review_queue import save
 from evalpkg.testset.ticket_task import relative_anchor
 from tests.testset.test_refresh_cycle import GOOD, add_ticket, cli
-from tests.testset.test_refresh_quality import WORLD, make_ready, small  # noqa: F401  (the fixture)
+from tests.testset.test_refresh_quality import AF_TASK, WORLD, make_ready, small  # noqa: F401  (the fixture)
 
 TAKERS = "select count(distinct patient_id) as patients from t_med_order where ypdm = '{}' and zfbz = 0"
 DAYS = "select sum(zyts) as days from t_zy_visit where visit_type = 'ZY' and ksdm = '0101' and ryrq >= '{}'"
 HALF_YEAR = "最近半年用过二甲双胍的患者人数，作废的医嘱不算"
+# "AF without an anticoagulant", as a ticket writes it: not the released AF_TASK's shape (no age group, no CTE)
+AF = (
+    "select count(distinct d.patient_id) as patients from t_diag_record d where d.icd10_code like 'I48%' and "
+    "not exists (select 1 from t_med_order m join dict_drug g on g.ypdm = m.ypdm where m.patient_id = d.patient_id "
+    "and g.ypfl = '{}' and m.zfbz = 0)"
+)
 GLUCOSE = (
     "select count(distinct patient_id) as patients from t_lab_result where xmdm = 'GLU' and bgzt = 'F' and "
     "(case when unit = 'mg/dL' then result_value / 18.0 else result_value end) > 7.0"
@@ -39,16 +47,22 @@ APRIL: dict[str, tuple[int, str, str]] = {
     "days_since_2090": (9_000_105, DAYS.format("2090-01-01"), ""),  # the same question, NULL: no rows summed
     "recent": (9_000_106, TAKERS.format("Y0001") + " and kssj >= '2030-10-23'", HALF_YEAR),
     "glucose": (9_000_107, GLUCOSE, ""),  # a unit trap that bites on the snapshot (old rows in mg/dL)
+    "days_since_2010": (9_000_108, DAYS.format("2010-01-01"), ""),  # the same question: larger than 2026's
+    "af": (9_000_109, AF.format("抗凝药"), "房颤病人没吃抗凝药的有多少"),  # what AF_TASK asks
 }
+ZERO_IN_WORLD = "days_since_2000"  # the largest on the snapshot, all 0 in the world (the test says so): least sturdy
 
 
 def _one_tag_misses(real: Any, ticket_id: int, missed: dict[str, str]) -> Any:
     """The reference-world checks as they are, plus: the first tag of `ticket_id`'s candidate (one that bit on
-    the snapshot) does not bite in the world, as happens under another key; the suite's world need not."""
+    the snapshot) does not bite in the world, as happens under another key; the suite's world need not; and
+    ZERO_IN_WORLD's answer is 0 there (which fails no check of a task without that premise)."""
 
     def checked(settings: Settings, tasks: list[Task], reference: Any, **kw: Any) -> dict[str, list[Finding]]:
         out: dict[str, list[Finding]] = real(settings, tasks, reference, **kw)
         for task in tasks:
+            if task.provenance.ticket_id == APRIL[ZERO_IN_WORLD][0]:
+                kw["answers"][task.id][-1] = [[0]]
             if task.provenance.ticket_id == ticket_id:
                 assert task.tags, f"{task.id}: no tag bites on the snapshot; the test needs one"
                 missed[task.id] = task.tags[0]
@@ -78,12 +92,19 @@ def test_mining_tells_questions_apart_keeps_the_sturdier_and_is_idempotent(
     queue = {c.ticket_id: c for _, c in load_queue(small)}
     why = first.dropped_tickets
     ticket = {name: tid for name, (tid, _, _) in APRIL.items()}
-    kept = {ticket[n] for n in ("metformin", "glargine", "days_since_2000", "glucose")}
+    kept = {ticket[n] for n in ("metformin", "glargine", "days_since_2010", "glucose")}
     assert set(queue) == kept and sorted(first.added) == sorted(queue[t].task.id for t in kept), why
-    assert why[ticket["days_since_2026"]] == (
-        f"already covered (the same question as ticket #{ticket['days_since_2000']}, "
-        f"candidate {queue[ticket['days_since_2000']].task.id})"
-    )
+    # of one question asked four times: 2000's answer is the largest on the snapshot but 0 in the world, 2010's
+    # holds in both and is larger than 2026's (first mined), 2090's is NULL
+    for repeat in ("days_since_2026", ZERO_IN_WORLD):
+        assert why[ticket[repeat]] == (
+            f"already covered (the same question as ticket #{ticket['days_since_2010']}, "
+            f"candidate {queue[ticket['days_since_2010']].task.id})"
+        ), (repeat, why)
+    assert why[ticket["af"]].startswith(
+        f"already covered (asks what released task {AF_TASK} (template af_no_anticoagulant_age_group) asks: who "
+        "has 'I48%' but no '抗凝药', in the same tables"
+    ), why
     assert why[ticket["days_since_2090"]].startswith("no number in the result to check (its answer is NULL"), why
     assert why[ticket["recent"]] == (
         "a relative period on a fixed date ('最近半年' counted from the fixed date 2030-10-23, not "
@@ -170,3 +191,124 @@ ASKED = datetime(2031, 4, 20, 10)
 )
 def test_relative_periods_are_anchored_on_the_snapshot(request_text: str, sql: str, refused: bool, why: str) -> None:
     assert (relative_anchor(request_text, sql, ASKED) is not None) is refused, why
+
+
+AF_LEFT_JOIN = (
+    "select count(distinct d.patient_id) as patients from t_diag_record d left join (select m.patient_id from "
+    "t_med_order m join dict_drug g on g.ypdm = m.ypdm where g.ypfl = '抗凝药' and m.zfbz = 0) a on a.patient_id "
+    "= d.patient_id where d.icd10_code like 'I48%' and a.patient_id is null"
+)
+AF_NOT_IN = (
+    "select count(distinct patient_id) as patients from t_diag_record where icd10_code like 'I48%' and patient_id "
+    "not in (select m.patient_id from t_med_order m join dict_drug g on g.ypdm = m.ypdm where g.ypfl = '抗凝药')"
+)
+
+
+@pytest.mark.parametrize(
+    ("sql", "covered", "why"),
+    [
+        (AF.format("抗凝药"), True, "AF without an anticoagulant: what the released task asks, another shape"),
+        (AF_LEFT_JOIN, True, "the same, as LEFT JOIN ... IS NULL"),
+        (AF_NOT_IN, True, "the same, as NOT IN"),
+        (AF.format("抗血小板药"), False, "AF without an antiplatelet: the released task negates anticoagulants only"),
+        (AF.format("抗凝药").replace("I48%", "I10%"), False, "another diagnosis: another population"),
+        (AF.format("抗凝药").replace("not exists", "exists"), False, "AF with an anticoagulant: nothing is lacked"),
+        (
+            AF.format("抗凝药").replace("d where", "d join t_patient_info p on p.patient_id = d.patient_id where")
+            + " and p.nlfz = '18-44'",
+            False,
+            "an age group the released task does not name",
+        ),
+    ],
+)
+def test_a_ticket_that_asks_what_a_released_task_asks_is_covered(sql: str, covered: bool, why: str) -> None:
+    from evalpkg.settings import PROJECT_ROOT
+    from evalpkg.testset import release
+    from evalpkg.testset.ticket_task import candidate_task, meaning_repeat, released_negations, rule_drafts
+
+    released = released_negations(release.load(PROJECT_ROOT / "tasks").tasks)
+    task = candidate_task(1, ASKED, sql, rule_drafts("房颤病人没吃抗凝药的有多少"), [], [[5]])
+    said = meaning_repeat(task, released)
+    assert (said is not None) is covered, (why, said)
+    if covered:
+        assert said is not None and said.startswith(f"asks what released task {AF_TASK} "), said
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected", "why"),
+    [
+        ([[[42]], [[40]]], (2, 40.0), "holds in both: the smallest number anywhere"),
+        ([[[90]], [[0]]], (1, 90.0), "all 0 in a world: holds in one place only"),
+        ([[[90]], [[None]]], (1, 90.0), "NULL in a world"),
+        ([[[90]], None], (1, 90.0), "the gold fails in a world"),
+        ([[[90]], []], (1, 90.0), "no rows in a world"),
+        ([[["2026-01", 3], ["2026-02", 0]], [["2026-01", 5]]], (2, 0.0), "a series with a 0 month still holds"),
+    ],
+)
+def test_sturdiness_counts_where_the_answer_holds_then_its_smallest_number(
+    answers: list[Any], expected: tuple[int, float], why: str
+) -> None:
+    assert refresh_module.sturdiness(answers) == expected, why
+
+
+def test_the_sturdier_answer_is_the_one_holding_in_more_places_then_the_larger() -> None:
+    everywhere_small = refresh_module.sturdiness([[[10]], [[12]]])
+    snapshot_large = refresh_module.sturdiness([[[900]], [[0]]])
+    everywhere_large = refresh_module.sturdiness([[[42]], [[50]]])
+    assert sorted([snapshot_large, everywhere_small, everywhere_large], reverse=True) == [
+        everywhere_large,
+        everywhere_small,
+        snapshot_large,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sql", "anchor", "why"),
+    [
+        (
+            TAKERS.format("Y0001") + " and kssj >= (select pinned_now from meta.snapshot) - interval '6 months'",
+            "the snapshot's now, (select pinned_now from meta.snapshot): each snapshot's own period (the ticket was "
+            "asked on 2031-04-20)",
+            "counted back from the snapshot's now",
+        ),
+        (
+            TAKERS.format("Y0001") + " and kssj >= date '2031-04-18' - interval '6 months'",
+            "the fixed date 2031-04-18 (the ticket's own date): the period does not move with the snapshot",
+            "counted back from the ticket's own date",
+        ),
+        (
+            TAKERS.format("Y0001") + " and kssj >= date '2029-01-01' - interval '6 months'",
+            "the fixed date 2029-01-01 (839 days before the ticket's date 2031-04-20): the period does not move "
+            "with the snapshot",
+            "counted from another fixed date",
+        ),
+        (
+            DAYS.format("2026-01-01") + " and ryrq < '2027-01-01'",
+            "none: fixed dates only (2026-01-01, 2027-01-01), an absolute period",
+            "an absolute period",
+        ),
+        (TAKERS.format("Y0001"), "none: no date in the gold (all of time)", "no date"),
+    ],
+)
+def test_the_review_shows_which_date_periods_count_from(sql: str, anchor: str, why: str) -> None:
+    from evalpkg.testset.ticket_task import period_anchor
+
+    assert period_anchor(sql, ASKED) == anchor, why
+
+
+def test_a_released_candidate_shows_released_and_its_release_names_the_months(tmp_path: Any) -> None:
+    from evalpkg.settings import PROJECT_ROOT
+    from evalpkg.testset import release
+    from evalpkg.testset.refresh_release import changelog_prose
+    from evalpkg.testset.review_queue import Candidate, Decision
+
+    task = release.load(PROJECT_ROOT / "tasks").tasks[0]
+    approved = Decision(decision="approve", reviewer="dr_wang", role="clinician", at="2031-05-01T00:00:00+00:00")
+    cand = Candidate(month="2031-04", ticket_id=1, pattern="p", task=task, decisions=[approved])
+    assert cand.status == "approved"
+    assert cand.model_copy(update={"released_in": "v2"}).status == "released"
+    other = cand.model_copy(update={"month": "2031-03"})
+    assert "mined from the query tickets of 2031-04 (1 from 2031-04)" in changelog_prose([cand], 6)
+    assert "the query tickets of 2031-03 and 2031-04 (1 from 2031-03, 2 from 2031-04)" in changelog_prose(
+        [cand, other, cand], 6
+    )

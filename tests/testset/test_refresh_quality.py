@@ -26,6 +26,7 @@ from tests.agent.fake_endpoint import FakeEndpoint, serving
 
 WORLD = worlds.World(2000, 7, 0)  # one reference world keeps the test short; the CLI checks all six
 SECOND = Annotator(role="analyst", id="analyst_zhao")
+AF_TASK = "neg-af_no_anticoagulant_age_group-001"  # AF patients of an age group without an anticoagulant
 
 
 class Drafting(FakeEndpoint):
@@ -68,10 +69,10 @@ def ticket_months(settings: Settings) -> list[str]:
 
 @pytest.fixture
 def small(synced: SyncReport, generated: Settings, tmp_path: Path) -> Settings:
-    """Three curated tasks as v1, and the reference world kept under .evalpkg where it is built already
-    (else the session's own, built once)."""
+    """Three curated tasks and AF_TASK (a ticket may ask what it asks in another shape) as v1, and the
+    reference world kept under .evalpkg where it is built already (else the session's own, built once)."""
     committed = release.load(PROJECT_ROOT / "tasks")
-    base = [t for t in committed.tasks if t.provenance.source == "template"][:3]
+    base = [*[t for t in committed.tasks if t.provenance.source == "template"][:3], committed.by_id()[AF_TASK]]
     release.write(tmp_path, "v1", base, "snap", release.ChangeSet(added={t.id: "test" for t in base}))
     kept = generated.model_copy(update={"state_dir": PROJECT_ROOT / ".evalpkg", "tasks_dir": tmp_path})
     return kept if worlds.built(kept, (WORLD,)) else generated.model_copy(update={"tasks_dir": tmp_path})
