@@ -1,5 +1,6 @@
 """Airflow DAG testset_refresh (@monthly): mine last month's query tickets into the review queue as
-`evalpkg testset refresh --month` does by default (each candidate checked in the reference worlds), release what reviewers approved (every wording approved, a measured second annotation) and what holds in
+`evalpkg testset refresh --month` does by default (each candidate checked in the reference worlds),
+release what reviewers approved (every wording approved, a measured second annotation) and what holds in
 every reference world, as `evalpkg testset release` does (a candidate that fails there is refused, its
 reason in the task log and the queue), validate the release (GX inside), update Asset testset."""
 
