@@ -207,9 +207,7 @@ def gold_match(
             graded, graded_columns = _graded_view(ordered.rows, columns, keep)
             if _matches(task, seen, graded, graded_columns, ordered.groups, kept):
                 return True, ordered.rows, columns
-            named = relabelled(
-                seen.rows, seen.columns, graded, graded_columns, gold.labels, limited=ties.has_limit(gold_sql)
-            )
+            named = _relabelled(task, seen, graded, graded_columns, gold, gold_sql, kept)
             if named is not None and _matches(
                 task, replace(seen, rows=named), graded, graded_columns, ordered.groups, kept
             ):
@@ -221,6 +219,29 @@ def gold_match(
                 return True, ordered.rows, columns
     rows_read, columns_read = first if first is not None else (None, [])
     return False, rows_read, columns_read
+
+
+def _relabelled(
+    task: Task,
+    seen: Prediction,
+    graded: list[list[Any]],
+    graded_columns: list[str],
+    gold: GoldCache,
+    gold_sql: str,
+    kept: _Kept,
+) -> list[list[Any]] | None:
+    """The prediction's rows labelled as the gold labels them; where its summary rows (a total the gold does
+    not have) stop that, the rows without them, as _matches would set them aside."""
+    assert seen.rows is not None
+    limited = ties.has_limit(gold_sql)
+    named = relabelled(seen.rows, seen.columns, graded, graded_columns, gold.labels, limited=limited)
+    if named is not None or len(seen.rows) <= len(graded) or without_summary_rows(graded) is not None:
+        return named
+    free = unchecked_columns(seen.rows, kept.checked(graded))
+    detailed = without_summary_rows(seen.rows, task.result.numeric_tolerance, free=free)
+    if detailed is None or len(detailed) != len(graded):
+        return None
+    return relabelled(detailed, seen.columns, graded, graded_columns, gold.labels, limited=limited)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ COMPARATOR = "tests/grading/test_comparator.py"
 PIVOTS = "tests/grading/test_comparator_pivots.py"
 RELABEL = "tests/grading/test_relabel.py"
 VARIANTS = "tests/pipeline/test_variant_grading.py"
+COMPOSED = "tests/grading/test_composed_readings.py"
 
 RULES: tuple[Rule, ...] = (
     # columns
@@ -170,6 +171,12 @@ RULES: tuple[Rule, ...] = (
         "beside 合计) and names no group it would subtotal.",
         "summary.py",
         ("described_total_row",),
+    ),
+    Rule(
+        "Readings compose: rows labelled otherwise than the gold labels them (names in English, codes) may carry a "
+        "summary row too; it is set aside as above before the labels are read.",
+        "execution.py",
+        (f"{COMPOSED}::test_relabelled_rows_with_a_summary_row",),
     ),
     # labels
     Rule(

@@ -49,12 +49,15 @@ def test_shuffled_rows_does_not_apply_to_alike_rows() -> None:
 
 
 def _audit(settings: Settings) -> dict[str, audit.TransformResult]:
-    """The latest release's tasks, and the previous release's of the templates that left it (v10: the quarter's
-    length of stay, whose period rows alone exercise period_rows_by_role)."""
-    latest, previous = release.versions(COMMITTED)[-1], release.versions(COMMITTED)[-2]
+    """The latest release's tasks, and of each template that left since v9 its last release's (since v10: the
+    quarter's length of stay, whose period rows alone exercise period_rows_by_role)."""
+    *earlier, latest = release.versions(COMMITTED)
     tasks = release.load(COMMITTED, latest).tasks
     held = {t.provenance.template_id for t in tasks}
-    tasks += [t for t in release.load(COMMITTED, previous).tasks if t.provenance.template_id not in held]
+    for version in reversed(earlier[earlier.index("v9") :]):
+        left = [t for t in release.load(COMMITTED, version).tasks if t.provenance.template_id not in held]
+        tasks += left
+        held |= {t.provenance.template_id for t in left}
     with gold_runner(settings) as golds:
         return {r.name: r for r in audit.audit(tasks, golds)}
 
