@@ -290,6 +290,8 @@ CASES = [
         tasks=remove("v1/changes.json")),
     bad("changes-record-not-json", "testset changes", 1, "v1/changes.json: field (file): Invalid JSON",
         tasks=write("v1/changes.json", "{")),
+    bad("readings-unknown-release", "testset readings v99", 1, "v99/MANIFEST.json: release manifest not found"),
+    bad("readings-task-not-json", "testset readings v1", 1, "Invalid JSON", tasks=TASK_NOT_JSON),
     bad("migrate-not-the-latest", "testset migrate --from v9", 1, "--from v9: migrate the latest release (v1)"),
     bad("migrate-missing-from", "testset migrate", 2, "Missing option '--from'"),
     bad("reselect-not-the-latest", "testset reselect --from v9", 1, "--from v9: reselect from the latest release (v1)"),

@@ -40,6 +40,22 @@ def tasks_before(folder: Path, source: str, migrated: str) -> Path:
     return folder
 
 
+def redecided_since(tasks: list[Task]) -> set[str]:
+    """Tasks of the templates whose golds v11 decided otherwise (the test set's principles): migrating an older
+    release now gives them today's golds."""
+    record = release.read_changes(COMMITTED, "v11").change_set()
+    templates = {
+        tid.split("-", 1)[1].rsplit("-", 1)[0]
+        for tid, why in record.changed.items()
+        if "golds from" in why or "decided" in why
+    }
+    return {t.id for t in tasks if t.provenance.template_id in templates}
+
+
+def _files(rel: release.Release, left_out: set[str]) -> dict[str, str]:
+    return {f: h for f, h in rel.manifest.files.items() if Path(f).stem not in left_out}
+
+
 @pytest.fixture
 def before_migrated(tmp_path: Path) -> Path:
     return tasks_before(tmp_path, SOURCE, MIGRATED)
@@ -53,8 +69,9 @@ def test_the_readings_release_is_reproducible_from_its_source(
     settings = generated.model_copy(update={"tasks_dir": tasks_before(tmp_path, "v7", "v8")})
     rel, plan = migrate(settings, "v7", reason=READINGS_REASON)
     committed = release.load(COMMITTED, "v8")
-    assert rel.version == "v8" and rel.manifest.files == committed.manifest.files
-    assert plan.readings == len(release.changelog_entry(COMMITTED, "v8").changed) > 0
+    later = redecided_since(rel.tasks)
+    assert rel.version == "v8" and _files(rel, later) == _files(committed, later)
+    assert plan.readings + plan.decided >= len(release.changelog_entry(COMMITTED, "v8").changed) > 0
     # the arbitrated reading of unit-glu_patients_above_threshold_dept-013 counted any report but a voided one;
     # the template's counts final reports, as the task's own gold does
     task = "unit-glu_patients_above_threshold_dept-013"
@@ -84,7 +101,11 @@ def test_the_migrated_release_is_reproducible_from_its_source(
         for t in rel.tasks
         if (t.gold_sql, t.turns) != (committed.by_id()[t.id].gold_sql, committed.by_id()[t.id].turns)
     }
-    assert readings_later and {rel.by_id()[t].provenance.template_id for t in readings_later} <= with_readings
+    redecided = redecided_since(rel.tasks)
+    assert readings_later and {rel.by_id()[t].provenance.template_id for t in readings_later - redecided} <= (
+        with_readings
+    )
+    readings_later |= redecided
 
     def unchanged_since(files: dict[str, str]) -> dict[str, str]:
         return {f: h for f, h in files.items() if Path(f).stem not in reworded_later | readings_later}
