@@ -253,12 +253,12 @@ def test_an_agreement_only_the_snapshot_gives_does_not_stand(month_of_tickets: t
     [tid] = refresh(settings, MONTH, reference=()).added
     with gold_runner(settings) as golds:
         [[patients]] = golds.result(queued(settings, tid).task.gold_sql[0]).rows
-        [[first_id]] = golds.result("select min(patient_id) from t_lab_result").rows
-    # The snapshot's number where the snapshot's pseudonyms are, another elsewhere: a world under another key can
-    # hold the same count by chance, never the same pseudonyms.
+        [[shifted]] = golds.result("select sum(extract(epoch from cysj))::text from t_lab_result").rows
+    # The snapshot's number where the snapshot's dates are, another elsewhere: a world under another key can hold
+    # the same count by chance, not the same date shifts of every patient.
     only_here = (
-        f"select case when min(patient_id) = '{first_id}' then {patients} else {patients} + 1 end as patients "
-        "from t_lab_result"
+        f"select case when (select sum(extract(epoch from cysj))::text from t_lab_result) = '{shifted}' "
+        f"then {patients} else -1 end as patients"
     )
     written_in = Annotation(annotator=SECOND, tasks={tid: Written(sql=only_here)})
     [snapshot_only] = annotate_queue(settings, written_in)
