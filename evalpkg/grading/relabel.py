@@ -40,7 +40,7 @@ def relabelled(
     changes."""
     if not pred_rows or not gold_rows:
         return None
-    rows = [list(r) for r in pred_rows]
+    rows = [[_quarter_named(v, _name(pred_columns, k)) for k, v in enumerate(r)] for r in pred_rows]
     gold_keys = [j for j in range(len(gold_columns)) if _is_label_column([r[j] for r in gold_rows], gold_columns[j])]
     pred_keys = [k for k in range(len(rows[0])) if _is_label_column([r[k] for r in rows], _name(pred_columns, k))]
     unnamed: set[int] = set()  # rows whose label names no gold label
@@ -84,10 +84,20 @@ def _is_label_column(values: list[Any], name: str) -> bool:
 
 
 def _other_names(label: str, column: str) -> list[str]:
-    """A quarter written as its first month in a column named for quarters also names the quarter."""
-    if "quarter" in column.lower() and (m := QUARTER_START.fullmatch(label)):
+    """In a column named for quarters, a quarter written as its first month also names the quarter, and a
+    quarter's number (1-4, the question's year) is that quarter."""
+    if "quarter" not in column.lower():
+        return []
+    if m := QUARTER_START.fullmatch(label):
         return [f"{m[1]}-Q{(int(m[2]) + 2) // 3}"]
-    return []
+    return [f"Q{label}"] if label in ("1", "2", "3", "4") else []
+
+
+def _quarter_named(value: Any, column: str) -> Any:
+    """A prediction's quarter written as its first day ('2025-07-01' in quarter_start) as the quarter."""
+    if "quarter" in column.lower() and isinstance(value, str) and (m := QUARTER_START.fullmatch(value[:7])):
+        return f"{m[1]}-Q{(int(m[2]) + 2) // 3}" if value[7:] in ("", "-01") else value
+    return value
 
 
 def _mapping(

@@ -181,10 +181,15 @@ RULES: tuple[Rule, ...] = (
     # labels
     Rule(
         "Row labels are read as the gold's labels: an entry's code, its name in the other language, the name "
-        "decorated with either or written as two names of one entry ('男 male'), a quarter by its first month, "
-        "a year.",
+        "decorated with either or written as two names of one entry ('男 male'), a quarter by its first month or "
+        "day or, where the gold numbers its year's quarters 1-4, by its name, a year.",
         "relabel.py",
-        ("labels_decorated", "labels_swapped", f"{RELABEL}::test_labels_are_read_as_the_golds"),
+        (
+            "labels_decorated",
+            "labels_swapped",
+            f"{RELABEL}::test_labels_are_read_as_the_golds",
+            f"{RELABEL}::test_quarters_numbered_by_the_gold",
+        ),
     ),
     Rule(
         "A row of a group the gold does not list, with every number 0 or NULL, is neutral unless the gold is a "

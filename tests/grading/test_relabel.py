@@ -55,6 +55,25 @@ def test_a_quarter_labelled_by_its_first_month() -> None:
     assert relabelled([["2025-Q3", 11.08, 7.3]], pred, gold, ["month", "prev", "cur"], LABELS) is None  # a month
 
 
+@pytest.mark.parametrize(
+    ("pred", "columns", "expected", "why"),
+    [
+        ([["2025-01-01", 254], ["2025-04-01", 226]], ["quarter_start", "tests"], True, "first days for numbers"),
+        ([["2025-01", 254], ["2025-04", 226]], ["quarter", "tests"], True, "first months for numbers"),
+        ([["2025-Q1", 254], ["2025-Q2", 226]], ["quarter", "tests"], True, "quarters by name"),
+        ([["2025-04-01", 254], ["2025-01-01", 226]], ["quarter_start", "tests"], False, "quarters swapped"),
+        ([["2025-01-01", 254], ["2025-04-01", 226]], ["day", "tests"], False, "days in a column not of quarters"),
+        ([["2025-01-15", 254], ["2025-04-15", 226]], ["quarter_start", "tests"], False, "no quarter starts"),
+    ],
+)
+def test_quarters_numbered_by_the_gold(pred: Rows, columns: list[str], expected: bool, why: str) -> None:
+    """A gold numbering its year's quarters 1-4 (extract(quarter ...)) is answered by the quarters' names or
+    first days (v11 study seed 20261221, R01)."""
+    gold = [[1, 254], [2, 226]]
+    rows = relabelled(pred, columns, gold, ["quarter", "tests"], LABELS)
+    assert (rows is not None and match(rows, gold)) is expected, why
+
+
 def test_a_year_of_the_range_with_nothing_in_it() -> None:
     """Years are labels in a column named for them: 2020 with 0 stays is a year the question covers."""
     gold = [[2021, 7], [2022, 6]]
