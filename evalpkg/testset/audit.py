@@ -764,7 +764,7 @@ def audit(tasks: list[Task], golds: GoldRunner, progress: Progress = quiet) -> l
             # a layout of some of the gold's columns is graded as the variant that asks only for them
             asked = layout[1] if set(layout[1]) < set(g.columns) else None
             accepted = gold_match(task, prediction_of(layout[1], layout[0]), gold, asked)[0]
-            if accepted and result.kind == "mutation" and _explained(g, layout[0], gold):
+            if accepted and result.kind == "mutation" and _explained(g, layout, gold, asked):
                 result.explained += 1
                 continue
             result.applied += 1
@@ -794,15 +794,14 @@ def _layouts(g: Gold, golds: GoldRunner) -> Iterator[tuple[str, Layout]]:
         yield PERIOD_MOVED, ([[jsonable(v) for v in r] for r in result.rows], result.columns)
 
 
-def _explained(g: Gold, rows: Rows, gold: GoldCache) -> bool:
-    """An accepted mutation that is the gold itself (a moved period the data does not tell apart) or the
-    answer of another of the task's golds."""
-    tol = g.task.result.numeric_tolerance
-    if match(rows, g.rows, rel_tol=tol):
+def _explained(g: Gold, layout: Layout, gold: GoldCache, asked: list[str] | None) -> bool:
+    """An accepted mutation that is the gold itself (a moved period the data does not tell apart) or, laid out
+    as it is, the answer of another of the task's golds (a class count changed to another reading's)."""
+    rows, columns = layout
+    if match(rows, g.rows, rel_tol=g.task.result.numeric_tolerance):
         return True
-    return any(
-        match(rows, [[jsonable(v) for v in r] for r in gold.get(sql)[1]], rel_tol=tol) for sql in g.task.gold_sql[1:]
-    )
+    others = g.task.model_copy(update={"gold_sql": g.task.gold_sql[1:]})
+    return bool(others.gold_sql) and gold_match(others, prediction_of(columns, rows), gold, asked)[0]
 
 
 def summary(results: list[TransformResult]) -> list[str]:

@@ -20,7 +20,7 @@ from evalpkg.settings import Settings
 from evalpkg.sql import fingerprint, guard
 from evalpkg.sql.gold import GoldError, GoldRunner, agent_connection, gold_runner
 from evalpkg.sql.vocabulary import MONTH
-from evalpkg.testset import release, ticket_task, traps, worlds
+from evalpkg.testset import release, same_meaning, ticket_task, traps, worlds
 from evalpkg.testset.annotate import Annotation, measure_in_worlds
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import Task
@@ -201,7 +201,7 @@ def refresh(
     queue = [c for _, c in load_queue(settings)]
     latest = released_tasks(settings)
     owners = covered_questions(settings, queue, latest)
-    negations = ticket_task.released_negations(latest)
+    negations = same_meaning.released_negations(latest)
     queued = {c.ticket_id: c for c in queue}  # whatever became of them, decisions stay
     tickets = done_tickets(settings, start, end)
     report.tickets = len(tickets)
@@ -238,7 +238,7 @@ def _mine(
     golds: GoldRunner,
     ticket: Ticket,
     owners: dict[str, str],
-    negations: list[tuple[Task, ticket_task.Asked]],
+    negations: list[tuple[Task, same_meaning.Asked]],
     month: str,
     meanings: ticket_task.Meanings,
 ) -> Mined | None:
@@ -271,7 +271,7 @@ def _mine(
         report.drop("already covered", tid, f"the same question as {owners[key]}")
     else:
         cand = _candidate(report, None, month, tid, ticket.created, ticket.request, sql, rows, columns, meanings)
-        if why := ticket_task.meaning_repeat(cand.task, negations):
+        if why := same_meaning.meaning_repeat(cand.task, negations):
             report.drop("already covered", tid, why)
             return None
         if problems := check_golds(cand.task, golds):  # the checks a release holds it to, here first

@@ -224,7 +224,8 @@ AF_NOT_IN = (
 def test_a_ticket_that_asks_what_a_released_task_asks_is_covered(sql: str, covered: bool, why: str) -> None:
     from evalpkg.settings import PROJECT_ROOT
     from evalpkg.testset import release
-    from evalpkg.testset.ticket_task import candidate_task, meaning_repeat, released_negations, rule_drafts
+    from evalpkg.testset.same_meaning import meaning_repeat, released_negations
+    from evalpkg.testset.ticket_task import candidate_task, rule_drafts
 
     released = released_negations(release.load(PROJECT_ROOT / "tasks").tasks)
     task = candidate_task(1, ASKED, sql, rule_drafts("房颤病人没吃抗凝药的有多少"), [], [[5]])
