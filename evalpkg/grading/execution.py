@@ -13,6 +13,7 @@ from evalpkg.grading.labels import Labels
 from evalpkg.grading.pivot import relayouts
 from evalpkg.grading.relabel import relabelled
 from evalpkg.grading.summary import additive_columns, unchecked_columns, without_summary_rows
+from evalpkg.grading.values import Row
 from evalpkg.sql.executor import ReadOnlyExecutor, jsonable, stated_decimals
 from evalpkg.sql.gold import GoldRunner
 from evalpkg.sql.vocabulary import RATE
@@ -235,13 +236,19 @@ def _relabelled(
     assert seen.rows is not None
     limited = ties.has_limit(gold_sql)
     named = relabelled(seen.rows, seen.columns, graded, graded_columns, gold.labels, limited=limited)
-    if named is not None or len(seen.rows) <= len(graded) or without_summary_rows(graded) is not None:
+    if named is not None or (detailed := _detail_rows(task, seen.rows, graded, kept)) is None:
         return named
-    free = unchecked_columns(seen.rows, kept.checked(graded))
-    detailed = without_summary_rows(seen.rows, task.result.numeric_tolerance, free=free)
-    if detailed is None or len(detailed) != len(graded):
-        return None
     return relabelled(detailed, seen.columns, graded, graded_columns, gold.labels, limited=limited)
+
+
+def _detail_rows(task: Task, rows: list[list[Any]], gold: list[list[Any]], kept: _Kept) -> list[Row] | None:
+    """The prediction's rows without the summary rows the gold does not have, where that leaves as many rows
+    as the gold has; None where there are none to set aside."""
+    if len(rows) <= len(gold) or without_summary_rows(gold) is not None:
+        return None
+    free = unchecked_columns(rows, kept.checked(gold))
+    detailed = without_summary_rows(rows, task.result.numeric_tolerance, free=free)
+    return detailed if detailed is not None and len(detailed) == len(gold) else None
 
 
 @dataclass(frozen=True)
@@ -266,7 +273,7 @@ def _matches(
     gold: list[list[Any]],
     gold_columns: list[str],
     groups: list[int] | None,
-    kept: _Kept | None = None,
+    kept: _Kept,
 ) -> bool:
     """The prediction as laid out, then without the summary rows the gold does not have."""
     assert pred.rows is not None
@@ -277,16 +284,12 @@ def _matches(
         "rates": rate_columns(task, gold_columns),
         "pinned": _pinned(gold_columns, pred.columns),
         "stated": pred.decimals,
-        "gold_stated": kept.rounded_to() if kept else (),
+        "gold_stated": kept.rounded_to(),
     }
     if match(pred.rows, gold, **options):
         return True
-    if len(pred.rows) > len(gold) and without_summary_rows(gold) is None:
-        free = unchecked_columns(pred.rows, kept.checked(gold)) if kept else frozenset()
-        detailed = without_summary_rows(pred.rows, task.result.numeric_tolerance, free=free)
-        if detailed is not None and len(detailed) == len(gold):
-            return match(detailed, gold, **options)
-    return False
+    detailed = _detail_rows(task, pred.rows, gold, kept)
+    return detailed is not None and match(detailed, gold, **options)
 
 
 def output_names(task: Task, columns: list[str]) -> list[list[str]]:

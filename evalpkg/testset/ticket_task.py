@@ -146,20 +146,14 @@ def relative_anchor(request: str, sql: str, created: datetime) -> str | None:
     if ABSOLUTE_PERIOD.search(request) or NOW_SQL in sql.lower():
         return None
     tree = parse_statement(sql)
-    dates = [d for lit in tree.find_all(exp.Literal) if lit.is_string if (d := _date_of(str(lit.this)))]
+    dates = _literal_dates(tree)
     if not dates:
         return None
     if words := RELATIVE_WORDS.search(request):
         return (
             f"{words.group(0)!r} counted from the fixed date {min(dates)}, not (select pinned_now from meta.snapshot)"
         )
-    near = [
-        d
-        for iv in tree.find_all(exp.Interval)
-        if isinstance(iv.parent, exp.Sub | exp.Add)
-        for lit in iv.parent.find_all(exp.Literal)
-        if (d := _date_of(str(lit.this))) and abs((d - created.date()).days) <= ANCHOR_DAYS
-    ]
+    near = [d for d in _interval_dates(tree) if abs((d - created.date()).days) <= ANCHOR_DAYS]
     if near:
         return f"an interval counted from {near[0]}, the ticket's own date, not (select pinned_now from meta.snapshot)"
     return None
@@ -176,24 +170,32 @@ def period_anchor(sql: str, created: datetime) -> str:
             f"was asked on {asked})"
         )
     tree = parse_statement(sql)
-    counted = sorted(
-        {
-            d
-            for iv in tree.find_all(exp.Interval)
-            if isinstance(iv.parent, exp.Sub | exp.Add)
-            for lit in iv.parent.find_all(exp.Literal)
-            if (d := _date_of(str(lit.this)))
-        }
-    )
+    counted = sorted(set(_interval_dates(tree)))
     if counted:
         days = (counted[0] - asked).days
         side = f"{abs(days)} days {'before' if days < 0 else 'after'} the ticket's date {asked}"
         whose = "the ticket's own date" if abs(days) <= ANCHOR_DAYS else side
         return f"the fixed date {counted[0]} ({whose}): the period does not move with the snapshot"
-    dates = sorted({d for lit in tree.find_all(exp.Literal) if lit.is_string if (d := _date_of(str(lit.this)))})
+    dates = sorted(set(_literal_dates(tree)))
     if dates:
         return f"none: fixed dates only ({', '.join(map(str, dates))}), an absolute period"
     return "none: no date in the gold (all of time)"
+
+
+def _literal_dates(tree: exp.Expr) -> list[date]:
+    """The dates the SQL writes as string literals, in the order it writes them."""
+    return [d for lit in tree.find_all(exp.Literal) if lit.is_string if (d := _date_of(str(lit.this)))]
+
+
+def _interval_dates(tree: exp.Expr) -> list[date]:
+    """The dates an interval is counted from or to (date '2031-04-18' - interval '6 months'), in order."""
+    return [
+        d
+        for iv in tree.find_all(exp.Interval)
+        if isinstance(iv.parent, exp.Sub | exp.Add)
+        for lit in iv.parent.find_all(exp.Literal)
+        if (d := _date_of(str(lit.this)))
+    ]
 
 
 def _date_of(text: str) -> date | None:
