@@ -2,7 +2,8 @@
 months before the snapshot's pinned "now", production vs the eval DB, and the ratio the shift artifact shows
 in: the last 12 months' volume over the 12 before them. Production's volume is steady (its ratio is printed as
 the baseline), so the eval DB's ratio must lie within 15% of 1, or within 4 standard errors of its counts where
-that is wider (the rule of dbt's assert_recent_year_volume_steady, which fails the sync). Reads the built world
+that is wider (the rule of dbt's assert_recent_year_volume_steady, which fails the sync; its error counts
+patients as the units and is wider than this one in a small world). Reads the built world
 (`evalpkg up`, `prod generate`, `sync`).
 
     .venv/bin/python benchmarks/recent_months.py
