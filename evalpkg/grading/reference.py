@@ -89,7 +89,8 @@ def reference_reads(
     cache: GoldCache, task: Task, changed: str
 ) -> tuple[bool, tuple[list[tuple[Any, ...]] | None, list[list[tuple[Any, ...]] | None]]]:
     """Whether the independent reference calls `changed` (a perturbed gold) right for the zh/plain variant, the
-    one the perturbation runs, and what it read: the perturbed rows and each gold's."""
+    one the perturbation runs, and what it read: the perturbed rows and each gold's (those the variant admits)."""
+    task = task.graded_for(Language.zh, Complexity.plain)
     asked = task.graded_columns(Language.zh, Complexity.plain)
     try:
         ran = cache.golds.result(changed)

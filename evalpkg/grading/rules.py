@@ -15,7 +15,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Rule:
     principle: str
-    module: str  # under evalpkg/grading/ (or evalpkg/ where it says sql/)
+    module: str  # under evalpkg/grading/ (or under evalpkg/ where it names its package: testset/models.py)
     proofs: tuple[str, ...]  # audit transforms by name, or tests as 'tests/<path>.py::<function>'
 
 
@@ -59,6 +59,12 @@ RULES: tuple[Rule, ...] = (
         "each variant is graded on the columns it asks for, by the golds that return them.",
         "execution.py",
         (f"{VARIANTS}::test_a_gold_answers_only_the_variants_whose_columns_it_returns",),
+    ),
+    Rule(
+        "A wording that names the readings it admits (a technical one saying 'orders started (kssj) in 2023') is "
+        "graded against those golds only; every other wording against each of the task's golds.",
+        "testset/models.py",
+        (f"{VARIANTS}::test_a_wording_is_graded_against_the_golds_it_admits",),
     ),
     # rows
     Rule(

@@ -256,9 +256,10 @@ def score_instance(
 ) -> InstanceScore:
     calls = traj.tool_calls()
     wanted = asked_columns(task, traj.language, traj.complexity)
+    worded = task.graded_for(traj.language, traj.complexity)  # turn 0 against the golds its wording admits
     answers = graded_answers(task, traj)
     answer, sql = answers[0] or ("", None)  # turn 0 is always reached
-    status, exec_match, gold_rows, gold_columns = execution_match(task, sql, gold, wanted)
+    status, exec_match, gold_rows, gold_columns = execution_match(worded, sql, gold, wanted)
     graded = None if wanted is None else positions(gold_columns, wanted) or []
     coverage, missed_points = answer_coverage(task, answer, gold_rows, traj.language, graded)
     correct = exec_match if task.answerable else (sql is None and bool(REFUSAL.search(answer)))
@@ -290,7 +291,7 @@ def score_instance(
         unsupported_numbers=unsupported,
         clarification_needed=task.type is TaskType.clarification,
         clarification_rounds=len(traj.clarifications),
-        first_attempt_correct=_first_attempt_correct(task, traj, gold, wanted, exec_match, sql),
+        first_attempt_correct=_first_attempt_correct(worded, traj, gold, wanted, exec_match, sql),
         **vars(score_state(task, traj)),
         declares_order=any(c.after for turn in task.turns for c in turn.expected_tool_calls),
         turn_correct=[correct, *followups_correct],

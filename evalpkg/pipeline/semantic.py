@@ -81,7 +81,8 @@ def _turn_zero_sql(tasks: dict[str, Task], traj: Trajectory) -> str | None:
 def _matches(task: Task, score: InstanceScore, sql: str | None, gold: GoldCache) -> bool | None:
     """Whether the answer matches in this world; None where the world cannot tell (the gold fails there,
     or returns more than the fetch cap), which is not held against the answer."""
+    worded = task.graded_for(score.language, score.complexity)  # the golds the instance's wording admits
     try:
-        return execution_match(task, sql, gold, asked_columns(task, score.language, score.complexity))[1]
+        return execution_match(worded, sql, gold, asked_columns(task, score.language, score.complexity))[1]
     except DataError:
         return None

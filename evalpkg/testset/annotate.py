@@ -235,7 +235,7 @@ def _compare(task: Task, written: Written | None, gold: GoldCache) -> TaskAgreem
     for v in variants:
         try:
             asked = task.graded_columns(v.language, v.complexity)
-            status, ok, _, _ = execution_match(task, written.sql, gold, asked)
+            status, ok, _, _ = execution_match(task.graded_for(v.language, v.complexity), written.sql, gold, asked)
         except QueryError as exc:
             return TaskAgreement(task_id=task.id, agreement=0.0, detail=f"annotator SQL failed: {exc}")
         if not ok:

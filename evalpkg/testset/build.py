@@ -18,8 +18,9 @@ from evalpkg.sql.gold import GoldError, GoldSource, agent_connection, gold_runne
 from evalpkg.testset import premises, release
 from evalpkg.testset.gold_checks import check_golds
 from evalpkg.testset.models import (
+    ADMITS_FORMAT,
     OUTPUTS_FORMAT,
-    TASK_FORMAT_VERSION,
+    TURN_GOLDS_FORMAT,
     Annotator,
     AnswerPoint,
     Complexity,
@@ -60,6 +61,8 @@ class Template(BaseModel):
     variants: dict[Language, dict[Complexity, str]]
     outputs: list[Output] = []
     asks: dict[Language, dict[Complexity, list[str]]] = {}  # per wording, the output names it asks for
+    # per wording, the golds it admits (indices into gold_sql: a wording that names one reading); missing: every gold
+    admits: dict[Language, dict[Complexity, list[int]]] = {}
     gold_sql: list[str]
     answerable: bool = True
     tables: list[str]
@@ -164,10 +167,12 @@ def instantiate(t: Template, combo: dict[str, Value], number: int) -> Task:
     params = {name: v.obj for name, v in combo.items()}
     r = render(t.model_dump(mode="json"), params)
     return Task(
-        # the oldest format that holds it: a task without follow-up golds or a premise stays readable by
-        # format-2 code
+        # the oldest format that holds it: a task without admitted golds, follow-up golds or a premise stays
+        # readable by format-2 code
         format_version=(
-            TASK_FORMAT_VERSION
+            ADMITS_FORMAT
+            if any(admits for levels in t.admits.values() for admits in levels.values())
+            else TURN_GOLDS_FORMAT
             if t.premise is not None or any(turn.get("gold_sql") for turn in r["turns"])
             else OUTPUTS_FORMAT
         ),
@@ -180,6 +185,7 @@ def instantiate(t: Template, combo: dict[str, Value], number: int) -> Task:
                 complexity=Complexity(level),
                 text=text,
                 asks=r["asks"].get(lang, {}).get(level, []),
+                admits=r["admits"].get(lang, {}).get(level, []),
             )
             for lang, levels in r["variants"].items()
             for level, text in levels.items()

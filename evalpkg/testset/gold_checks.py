@@ -88,8 +88,8 @@ def _unprefixed(task: Task, problem: str) -> str:
 
 def output_problems(task: Task, columns: list[list[str]] | None = None) -> list[str]:
     """What a task's outputs and its variants' asks get wrong: an unknown output, an output no variant asks
-    for, duplicates; given each gold's result columns, a variant that no gold answers (none returns every
-    column it asks for) and a gold that answers no variant."""
+    for, duplicates, a gold no variant admits; given each gold's result columns, a variant that no gold it
+    admits answers (none returns every column it asks for) and a gold that answers no variant admitting it."""
     names = [o.name for o in task.outputs]
     problems = [f"{task.id}: output {n!r} is declared twice" for n, k in Counter(names).items() if k > 1]
     columns_used = Counter(o.column.lower() for o in task.outputs)
@@ -99,23 +99,28 @@ def output_problems(task: Task, columns: list[list[str]] | None = None) -> list[
     ]
     asked = {n for v in task.variants for n in (v.asks or names)}
     problems += [f"{task.id}: output {n!r} is asked for by no variant" for n in names if n not in asked]
+    golds = range(len(task.gold_sql))
+    admitted = [v.admits or list(golds) for v in task.variants]  # per variant, the golds it is graded against
+    problems += [
+        f"{task.id}: gold #{k + 1} is admitted by no variant" for k in golds if not any(k in a for a in admitted)
+    ]
     if columns is None or not task.outputs:
         return problems
     returned = [{c.lower() for c in cols} for cols in columns]
     # missing[i][k]: the outputs variant i asks for that gold k does not return
     missing = [[[o for o in task.asked(v) if o.column.lower() not in r] for r in returned] for v in task.variants]
-    for v, per_gold in zip(task.variants, missing, strict=True):
-        if per_gold and all(per_gold):
-            o = min(per_gold, key=len)[0]
+    for v, per_gold, admits in zip(task.variants, missing, admitted, strict=True):
+        graded = [per_gold[k] for k in admits]
+        if graded and all(graded):
+            o = min(graded, key=len)[0]
             problems.append(
                 f"{_label(task, v)}: asks for output {o.name!r} (column {o.column!r}), "
                 "which the gold result does not return"
             )
-    problems += [
-        f"{task.id}: gold #{k + 1} returns the columns of no variant's asks"
-        for k in range(len(returned))
-        if all(per_gold[k] for per_gold in missing)
-    ]
+    for k in range(len(returned)):
+        admitting = [per_gold[k] for per_gold, admits in zip(missing, admitted, strict=True) if k in admits]
+        if admitting and all(admitting):  # (a gold no variant admits is named above)
+            problems.append(f"{task.id}: gold #{k + 1} returns the columns of no variant's asks")
     return problems
 
 

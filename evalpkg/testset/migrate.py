@@ -3,10 +3,10 @@ outputs and its variants' asks (issue 9: a variant is graded on the outputs it a
 texts where the template was reworded; a task whose parameters the template now withdraws (clinical review)
 is removed; where a template carries readings (several golds), the task's golds (and each turn's) are the
 template's; where the template now writes another first gold (a decision on what the question means, the test
-set's principles), the task's golds, turns, hidden slots and answer points are the template's. Nothing else
-changes: other golds (arbitrated alternatives included), tags and review records stay. Ticket
-tasks grade every gold column, asked by every variant. Checked on the eval DB: each variant is answered by
-a gold.
+set's principles), the task's golds, turns, hidden slots and answer points are the template's; each variant
+admits the golds its template wording admits (format_version 4 where one names them). Nothing else changes:
+other golds (arbitrated alternatives included), tags and review records stay. Ticket tasks grade every gold
+column, asked by every variant. Checked on the eval DB: each variant is answered by a gold it admits.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from evalpkg.sql.gold import GoldError, GoldRunner, agent_connection, gold_runne
 from evalpkg.testset import release
 from evalpkg.testset.build import Template, instantiate, load_templates
 from evalpkg.testset.gold_checks import output_problems
-from evalpkg.testset.models import OUTPUTS_FORMAT, Language, Output, QuestionVariant, Task
+from evalpkg.testset.models import ADMITS_FORMAT, OUTPUTS_FORMAT, Complexity, Language, Output, QuestionVariant, Task
 from evalpkg.testset.params import Value, chosen, domains
 from evalpkg.testset.traps import DROPPED_TAGS, notes_with_dropped
 
@@ -40,6 +40,7 @@ class Migration:
     wordings: set[tuple[str, str, str]] = field(default_factory=set)  # (template, language, complexity) reworded
     readings: int = 0  # tasks whose golds were re-rendered from a template that carries readings
     decided: int = 0  # tasks whose first gold the template now writes otherwise (a decision of principle)
+    admitting: int = 0  # tasks whose wordings now admit other golds than before (a wording naming one reading)
 
     def summary(self) -> str:
         parts = []
@@ -73,6 +74,11 @@ class Migration:
             parts.append(
                 f"Decided: {self.decided} tasks ask and are graded as their templates now render them, where a "
                 "decision of principle changed what the question's first gold reads or what the clinician answers."
+            )
+        if self.admitting:
+            parts.append(
+                f"Admitted golds: in {self.admitting} tasks a wording now names the golds it admits as its template "
+                "does (a technical wording that names one reading is graded against that reading's gold only)."
             )
         if self.removed:
             parts.append(
@@ -118,10 +124,7 @@ def _migrate_task(
     domain: dict[str, list[Value]],
     plan: Migration,
 ) -> Task:
-    try:
-        columns = [golds.result(sql).columns for sql in task.gold_sql]
-    except GoldError as exc:
-        raise DataError(f"{task.id}: gold SQL fails on this snapshot: {exc}") from exc
+    columns = _columns(golds, task)
     if task.provenance.source == "ticket":
         if task.outputs:  # declared by an earlier migrate; a ticket has no template to re-render from
             return task
@@ -131,19 +134,23 @@ def _migrate_task(
         fresh = _rendered(task, _template(task, templates), domain)
         outputs, variants, why = _template_outputs(task, fresh, plan)
         readings, said = _decided(task, fresh) or _readings(task, fresh)
-        if said:
-            plan.readings += said.startswith("golds from")
-            plan.decided += said.startswith("decided")
-            why = "; ".join(filter(None, [why, said]))
+        admitted = _admits_changed(task, fresh)
+        plan.readings += said.startswith("golds from")
+        plan.decided += said.startswith("decided")
+        plan.admitting += bool(admitted)
+        why = "; ".join(filter(None, [why, said, admitted]))
+    admits = any(v.admits for v in variants)
     update: dict[str, object] = {
-        "format_version": max(task.format_version, OUTPUTS_FORMAT),
+        "format_version": max(task.format_version, ADMITS_FORMAT if admits else OUTPUTS_FORMAT),
         "outputs": outputs,
         "variants": variants,
         **readings,
     }
     new = Task.model_validate(task.model_copy(update=update).model_dump())
+    if new.gold_sql != task.gold_sql:  # the template's readings: what its variants ask and admit is read from them
+        columns = _columns(golds, new)
     if problems := output_problems(new, columns):
-        raise DataError(f"{problems[0]} (fix the template's outputs or asks)")
+        raise DataError(f"{problems[0]} (fix the template's outputs, asks or admits)")
     plan.variants += len(new.variants)
     plan.narrower += sum(
         len(new.graded_columns(v.language, v.complexity) or columns[0]) < len(columns[0])
@@ -154,6 +161,14 @@ def _migrate_task(
         plan.changes[task.id] = why
         plan.with_outputs += not task.outputs and bool(new.outputs)
     return new
+
+
+def _columns(golds: GoldRunner, task: Task) -> list[list[str]]:
+    """Each gold's result columns on this snapshot."""
+    try:
+        return [golds.result(sql).columns for sql in task.gold_sql]
+    except GoldError as exc:
+        raise DataError(f"{task.id}: gold SQL fails on this snapshot: {exc}") from exc
 
 
 def _withdrawn(task: Task, templates: dict[str, Template], domain: dict[str, list[Value]]) -> str:
@@ -176,7 +191,7 @@ def _template_outputs(task: Task, fresh: Task, plan: Migration) -> tuple[list[Ou
     variants, reworded, narrower = [], [], []
     for v in task.variants:
         now = fresh.variant(v.language, v.complexity)
-        variants.append(v.model_copy(update={"text": now.text, "asks": now.asks}))
+        variants.append(v.model_copy(update={"text": now.text, "asks": now.asks, "admits": now.admits}))
         label = f"{v.language.value}/{v.complexity.value}"
         if now.text != v.text:
             reworded.append(label)
@@ -194,6 +209,24 @@ def _template_outputs(task: Task, fresh: Task, plan: Migration) -> tuple[list[Ou
     if reworded:
         why += f"; reworded to ask for what the gold returns: {', '.join(reworded)}"
     return list(fresh.outputs), variants, why
+
+
+def _admits_changed(task: Task, fresh: Task) -> str:
+    """How the golds the task's wordings admit changed as the template renders them now ("" if they did not),
+    e.g. "the technical wordings admit gold(s) [0] only"; a complexity both languages of which changed alike is
+    named as one."""
+    changed: dict[tuple[int, ...], list[QuestionVariant]] = {}
+    for v in task.variants:
+        now = fresh.variant(v.language, v.complexity).admits
+        if now != v.admits:
+            changed.setdefault(tuple(now), []).append(v)
+    said = []
+    for admits, variants in changed.items():
+        both = [c for c in Complexity if sum(v.complexity is c for v in variants) == len(Language)]
+        names = [f"the {c.value} wordings" for c in both]
+        names += [f"{v.language.value}/{v.complexity.value}" for v in variants if v.complexity not in both]
+        said.append(f"{' and '.join(names)} admit {f'gold(s) {list(admits)} only' if admits else 'every gold'}")
+    return "; ".join(said)
 
 
 def _rendered(task: Task, template: Template, domain: dict[str, list[Value]]) -> Task:

@@ -9,9 +9,12 @@ from typing import Annotated, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # 2: a task may declare its outputs and what each question variant asks for; 3: a follow-up turn may carry
-# its own gold (graded on its own), and a task may state its premise; format 1 and 2 files still load.
-TASK_FORMAT_VERSION: Final = 3
+# its own gold (graded on its own), and a task may state its premise; 4: a question variant may name the golds
+# its wording admits (graded against those only); format 1 to 3 files still load.
+TASK_FORMAT_VERSION: Final = 4
 OUTPUTS_FORMAT: Final = 2  # the first format where a task declares its outputs
+TURN_GOLDS_FORMAT: Final = 3  # the first format where a follow-up carries its own gold or a task its premise
+ADMITS_FORMAT: Final = 4  # the first format where a question variant names the golds it admits
 # How a task's notes say that its list (a top N, the groups that pass a threshold) may hold fewer rows.
 FEWER_ROWS_EXPECTED: Final = re.compile(r"fewer rows (than the limit )?(are |is )?expected", re.IGNORECASE)
 
@@ -56,6 +59,9 @@ class QuestionVariant(Strict):
     complexity: Complexity
     text: Annotated[str, Field(min_length=4)]
     asks: list[str] = []  # names of the task's outputs this wording asks for; empty: all of them
+    # indices into the task's gold_sql (turn 0's) of the readings this wording admits (a technical wording that
+    # names one reading: "orders started (kssj) in 2023"); empty: every gold
+    admits: list[int] = []
 
 
 class Output(Strict):
@@ -205,7 +211,8 @@ Tag = Literal[
 
 
 class Task(Strict):
-    format_version: Literal[1, 2, 3] = 1  # 2 where the task declares outputs, 3 where a follow-up has its gold
+    # 2 where the task declares outputs, 3 where a follow-up has its gold, 4 where a variant names the golds it admits
+    format_version: Literal[1, 2, 3, 4] = 1
     id: Annotated[str, Field(pattern=r"^[a-z]{2,4}-[a-z0-9_]+-\d{3}$")]
     type: TaskType
     difficulty: Difficulty
@@ -241,17 +248,37 @@ class Task(Strict):
             raise ValueError("turn 0 is the question itself (user: null)")
         if self.format_version == 1 and (self.outputs or any(v.asks for v in self.variants)):
             raise ValueError("outputs and variant asks need format_version 2")
-        if self.premise is not None and self.format_version < TASK_FORMAT_VERSION:
-            raise ValueError("a stated premise needs format_version 3")
+        if self.premise is not None and self.format_version < TURN_GOLDS_FORMAT:
+            raise ValueError(f"a stated premise needs format_version {TURN_GOLDS_FORMAT}")
         if self.turns[0].gold_sql or self.turns[0].outputs or self.turns[0].answer_points or self.turns[0].result:
             raise ValueError("turn 0 is graded on the task's gold: its own gold_sql, outputs, answer_points stay empty")
         graded = [i for i, t in enumerate(self.turns) if t.gold_sql]
-        if graded and self.format_version < 3:
-            raise ValueError(f"turn {graded[0]} carries its own gold: that needs format_version 3")
+        if graded and self.format_version < TURN_GOLDS_FORMAT:
+            raise ValueError(f"turn {graded[0]} carries its own gold: that needs format_version {TURN_GOLDS_FORMAT}")
         for i, t in enumerate(self.turns[1:], 1):
             if not t.gold_sql and (t.outputs or t.answer_points or t.result):
                 raise ValueError(f"turn {i} has outputs, answer points or a result spec but no gold_sql")
+        self._check_admits()
         return self
+
+    def _check_admits(self) -> None:
+        """Each variant's admits name distinct golds of turn 0 (and need a format that knows the field)."""
+        for v in self.variants:
+            if not v.admits:
+                continue
+            where = f"variant {v.language.value}/{v.complexity.value}"
+            if not self.gold_sql:
+                raise ValueError(f"{where} admits golds, but the task is unanswerable: it has none")
+            for i in v.admits:
+                if not 0 <= i < len(self.gold_sql):
+                    raise ValueError(
+                        f"{where} admits gold {i}, but its golds are numbered 0 to {len(self.gold_sql) - 1}"
+                    )
+            if len(set(v.admits)) < len(v.admits):
+                twice = next(i for i in v.admits if v.admits.count(i) > 1)
+                raise ValueError(f"{where} admits gold {twice} twice")
+            if self.format_version < ADMITS_FORMAT:
+                raise ValueError(f"{where} names the golds it admits: that needs format_version {ADMITS_FORMAT}")
 
     def delivered_turns(self) -> list[int]:
         """The turns the simulated clinician delivers as user messages: 0 (the question), each follow-up
@@ -282,7 +309,8 @@ class Task(Strict):
                 "outputs": turn.outputs,
                 "answer_points": turn.answer_points,
                 "result": turn.result or self.result,
-                "variants": [v.model_copy(update={"asks": []}) for v in self.variants],
+                # a wording's asks and admits name turn 0's outputs and golds
+                "variants": [v.model_copy(update={"asks": [], "admits": []}) for v in self.variants],
                 "turns": [Turn(expected_tool_calls=turn.expected_tool_calls)],
                 "hidden_slots": [],
                 "answerable": True,
@@ -299,6 +327,21 @@ class Task(Strict):
             if v.language is language and v.complexity is complexity:
                 return v
         raise KeyError((language, complexity))
+
+    def graded_for(self, language: str, complexity: str) -> Task:
+        """The task as an instance of this wording is graded on turn 0: only the golds the wording admits, in
+        the task's order; the task itself where it admits every gold, or no variant has that wording. The
+        copy's wordings admit all of its golds (it is graded for this wording alone); follow-up turns keep
+        every gold of theirs (a wording names only turn 0's)."""
+        variant = next((v for v in self.variants if v.language == language and v.complexity == complexity), None)
+        if variant is None or not variant.admits:
+            return self
+        return self.model_copy(
+            update={
+                "gold_sql": [sql for i, sql in enumerate(self.gold_sql) if i in variant.admits],
+                "variants": [v.model_copy(update={"admits": []}) for v in self.variants],
+            }
+        )
 
     def question(self, language: Language, complexity: Complexity) -> str:
         return self.variant(language, complexity).text

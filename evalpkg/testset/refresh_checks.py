@@ -38,8 +38,8 @@ CHECKED_FIELDS = {"type", "gold_sql", "outputs", "result", "answer_points", "tag
 
 
 def _checked(task: Task) -> str:
-    asks = json.dumps([v.asks for v in task.variants])
-    return f"{task.model_dump_json(include=CHECKED_FIELDS)} {task.provenance.template_id} {asks}"
+    graded = json.dumps([(v.asks, v.admits) for v in task.variants])  # what each wording is graded on
+    return f"{task.model_dump_json(include=CHECKED_FIELDS)} {task.provenance.template_id} {graded}"
 
 
 @dataclass(frozen=True)

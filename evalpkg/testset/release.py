@@ -116,6 +116,7 @@ def next_version(tasks_dir: Path) -> str:
 _FORMAT_3_TASK: dict[str, object] = {"premise": None}
 _FORMAT_3_TURN: dict[str, object] = {"gold_sql": [], "outputs": [], "answer_points": [], "result": None}
 _LATER_PREMISE: dict[str, object] = {"counts_events": False}  # added in v9
+_FORMAT_4_VARIANT: dict[str, object] = {"admits": []}  # likewise: a wording that admits every gold
 
 
 def task_json(task: Task) -> str:
@@ -130,6 +131,10 @@ def task_json(task: Task) -> str:
         for key, unused in _FORMAT_3_TURN.items():
             if turn.get(key) == unused:
                 del turn[key]
+    for variant in body["variants"]:
+        for key, unused in _FORMAT_4_VARIANT.items():
+            if variant.get(key) == unused:
+                del variant[key]
     return json.dumps(body, ensure_ascii=False, indent=2) + "\n"
 
 

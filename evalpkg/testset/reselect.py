@@ -26,7 +26,7 @@ from evalpkg.settings import Settings
 from evalpkg.sql.gold import agent_connection, gold_runner, snapshot_version
 from evalpkg.testset import premises, release, traps, worlds
 from evalpkg.testset.build import check_gold, instantiate, load_templates
-from evalpkg.testset.models import TASK_FORMAT_VERSION
+from evalpkg.testset.models import ADMITS_FORMAT, TURN_GOLDS_FORMAT
 from evalpkg.testset.params import chosen, domains
 
 if TYPE_CHECKING:
@@ -266,7 +266,9 @@ def _as_released(
     if c.previous is not None and (reworded or c.previous.premise != c.task.premise):
         update: dict[str, object] = {"premise": c.task.premise, "variants": c.task.variants}
         if c.task.premise is not None:
-            update["format_version"] = TASK_FORMAT_VERSION
+            update["format_version"] = max(task.format_version, TURN_GOLDS_FORMAT)
+        if any(v.admits for v in c.task.variants):  # a wording names the golds it admits
+            update["format_version"] = ADMITS_FORMAT
         task = task.model_copy(update=update)
     lost = [t for t in traps_of if t not in _biting(c, verdicts)]
     why = "; ".join(

@@ -3,7 +3,8 @@
 Each trap tag has one mechanical, trap-blind rewrite (sqlglot, PostgreSQL): every rule of the tag that
 finds something to change is applied at once. A rewrite that finds nothing is "not applicable", with the
 reason, never a pass. `measure` runs each tagged task's rewrite on the snapshot and grades it like an
-agent's SQL (pipeline.score.execution_match, per variant): the trap bites when no variant accepts it.
+agent's SQL (pipeline.score.execution_match, per variant, against the golds it admits): the trap bites when no
+variant accepts it.
 The perturbation agents (agent.policies) use the same rewrites.
 """
 
@@ -277,17 +278,26 @@ def _outcome(task: Task, tag: str, golds: GoldRunner) -> Outcome:
         return Outcome(task.id, tag, "not_applicable", "no gold SQL to mutate (an unanswerable task)")
     if not mutations:
         return Outcome(task.id, tag, "not_applicable", mutate(task.gold_sql[0], tag).reason)
-    asks: dict[tuple[str, ...], tuple[list[str] | None, list[str]]] = {}
+    # variants graded alike (the same columns asked, the same golds admitted) are tried once
+    asks: dict[tuple[tuple[str, ...], tuple[int, ...]], tuple[Task, list[str] | None, list[str]]] = {}
     for v in task.variants:
         cols = task.graded_columns(v.language, v.complexity)
-        asks.setdefault(tuple(cols or ()), (cols, []))[1].append(f"{v.language.value}/{v.complexity.value}")
+        graded = asks.setdefault(
+            (tuple(cols or ()), tuple(v.admits)), (task.graded_for(v.language, v.complexity), cols, [])
+        )
+        graded[2].append(f"{v.language.value}/{v.complexity.value}")
     gold, labels = GoldCache(golds), []
     for k, m in mutations:
         assert m.sql is not None
         label = f"gold #{k + 1} with {'; '.join(m.changes)}"
         try:
             golds.result(m.sql)
-            passed = [n for cols, names in asks.values() if execution_match(task, m.sql, gold, cols)[1] for n in names]
+            passed = [
+                n
+                for worded, cols, names in asks.values()
+                if execution_match(worded, m.sql, gold, cols)[1]
+                for n in names
+            ]
         except QueryError as exc:
             return Outcome(task.id, tag, "error", f"{label}: {exc}")
         if passed:

@@ -7,8 +7,9 @@ from typing import Any, cast
 
 import pytest
 
-from evalpkg.agent.trajectory import Trajectory
+from evalpkg.agent.trajectory import Step, ToolCallRecord, Trajectory
 from evalpkg.grading.execution import GoldCache, execution_match
+from evalpkg.pipeline import semantic
 from evalpkg.pipeline.score import InstanceScore, score_instance
 from evalpkg.settings import Settings
 from evalpkg.sql.executor import QueryFailed, QueryResult, ReadOnlyExecutor
@@ -249,3 +250,86 @@ def test_a_prediction_that_is_another_golds_text_keeps_the_decimals_its_query_wr
         for gold in (fresh, graded_before):
             assert execution_match(task, before, gold, ["m"])[:2] == ("success", False)
         assert execution_match(task, "select 5.8 as m", fresh, ["m"])[1]  # one decimal: read at one
+
+
+# Two readings of "patients on a drug in 2023": gold #0 counts orders started in the year, gold #1 orders active
+# during it. The technical wordings say "started (kssj) in 2023" and admit gold #0 only.
+STARTED = "select count(distinct patient_id) as patients from orders where kssj >= '2023-01-01'"
+ACTIVE = "select count(distinct patient_id) as patients from orders where coalesce(jssj, now()) >= '2023-01-01'"
+READINGS = {STARTED: (["patients"], [[30]]), ACTIVE: (["patients"], [[42]])}
+
+
+def reading_task() -> Task:
+    """A time-series task (so the first query is graded too) with both readings, the technical wordings
+    admitting the first only."""
+    task = make_task(["patients"], {}, gold=[STARTED, ACTIVE], points=1)
+    variants = [v.model_copy(update={"admits": [0] if v.complexity == "technical" else []}) for v in task.variants]
+    data = task.model_dump() | {"format_version": 4, "type": "time_series", "variants": variants}
+    return Task.model_validate(data)
+
+
+def score_reading(task: Task, level: str, patients: int) -> InstanceScore:
+    """An instance of the zh wording at `level` whose first query and final query (two texts) count `patients`."""
+    results = {**READINGS, "first sql": (["patients"], [[patients]]), "agent sql": (["patients"], [[patients]])}
+    first = ToolCallRecord(
+        call_id="c1",
+        name="execute_sql",
+        arguments={"sql": "first sql"},
+        ok=True,
+        result="{}",
+        result_sha256="",
+        started_at="t",
+        elapsed_ms=0,
+    )
+    traj = Trajectory(
+        instance_id=f"{task.id}:zh:{level}:0",
+        task_id=task.id,
+        agent="test",
+        language="zh",
+        complexity=level,
+        question=f"zh {level} question",
+        steps=[Step(index=0, started_at="t", ended_at="t", tool_calls=[first])],
+        final_answer=f"{patients} patients",
+        final_sql="agent sql",
+    )
+    return score_instance(task, traj, 0, GoldCache(GoldRunner(cast(ReadOnlyExecutor, Results(results)))))
+
+
+@pytest.mark.parametrize(
+    ("level", "patients", "correct", "why"),
+    [
+        ("plain", 30, True, "the plain wording admits every gold: the started-in reading is right"),
+        ("plain", 42, True, "the plain wording admits every gold: the active-during reading is right too"),
+        ("technical", 30, True, "the technical wording names the started-in reading: its gold #0 is right"),
+        ("technical", 42, False, "the technical wording says 'started (kssj)': the active-during gold is not its"),
+        ("colloquial", 42, True, "a wording without admits is graded as before, against each gold"),
+        ("technical", 31, False, "a number no reading gives is wrong whatever the wording admits"),
+    ],
+)
+def test_a_wording_is_graded_against_the_golds_it_admits(level: str, patients: int, correct: bool, why: str) -> None:
+    task = reading_task()
+    s = score_reading(task, level, patients)
+    assert (s.exec_match, s.correct) == (correct, correct), why
+    assert s.first_attempt_correct is correct, f"{why} (the first query, graded apart)"
+    assert s.answer_coverage == float(correct), f"{why} (the answer's number read against an admitted gold)"
+    # the reference worlds grade the same instance alike (semantic accuracy)
+    gold = GoldCache(
+        GoldRunner(cast(ReadOnlyExecutor, Results({**READINGS, "agent sql": (["patients"], [[patients]])})))
+    )
+    assert semantic._matches(task, s, "agent sql", gold) is correct, f"{why} (in a reference world)"
+
+
+@pytest.mark.parametrize(
+    ("level", "golds", "why"),
+    [
+        ("technical", [STARTED], "the technical wording admits gold #0 only"),
+        ("plain", [STARTED, ACTIVE], "a wording that admits every gold: the task itself"),
+        ("unknown", [STARTED, ACTIVE], "a wording the task does not have: the task itself"),
+    ],
+)
+def test_graded_for_keeps_the_admitted_golds(level: str, golds: list[str], why: str) -> None:
+    task = reading_task()
+    graded = task.graded_for("zh", level)
+    assert graded.gold_sql == golds, why
+    assert (graded is task) == (golds == task.gold_sql), why
+    assert graded.graded_for("zh", level).gold_sql == golds, "grading the copy again changes nothing"

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from evalpkg.db import connect
 from evalpkg.errors import ConfigError, DataError
 from evalpkg.settings import EVAL_DB, Settings
 from evalpkg.sync.runner import SyncReport
 from evalpkg.testset import release
-from evalpkg.testset.build import build_release
+from evalpkg.testset.build import Template, build_release, instantiate
 from evalpkg.testset.models import Difficulty, TaskType
+from evalpkg.testset.params import Value
 from evalpkg.testset.refresh import load_queue, refresh, release_approved, release_queue, review
 from evalpkg.testset.validate import validate
 from tests.testset.test_refresh_quality import make_ready
@@ -105,3 +108,56 @@ def test_validate_names_a_corrupted_task_file(ts: Settings, tmp_path: Path) -> N
         DataError, match=rf"{victim.name} \(sha256 differs from MANIFEST.json\): field difficulty: Input"
     ):
         validate(copy, "v1")
+
+
+def admitting_template(admits: dict[str, dict[str, list[int]]] | None) -> Template:
+    """A template with two readings of "patients on a drug in {year}" (started in it, active during it) whose
+    wordings admit as `admits` says (None: the key left out)."""
+    text = {
+        "colloquial": "{year} drug pts?",
+        "plain": "Patients on a drug in {year}?",
+        "technical": "Orders started (kssj) in {year}",
+    }
+    data: dict[str, Any] = {
+        "id": "drug_year",
+        "type": "single_table",
+        "difficulty": "easy",
+        "count": 1,
+        "params": ["year"],
+        "variants": {"zh": text, "en": text},
+        "outputs": [{"name": "patients", "meaning": {"zh": "患者数", "en": "patients"}, "column": "patients"}],
+        "asks": {lang: {level: ["patients"] for level in text} for lang in ("zh", "en")},
+        "gold_sql": [
+            "select count(distinct patient_id) as patients from emr.t_med_order where extract(year from kssj) = {year}",
+            "select count(distinct patient_id) as patients from emr.t_med_order where extract(year from kssj) <= {year}",
+        ],
+        "tables": ["t_med_order"],
+        "turns": [{"user": None, "expected_tool_calls": [{"name": "execute_sql"}]}],
+    }
+    return Template.model_validate(data if admits is None else data | {"admits": admits})
+
+
+@pytest.mark.parametrize(
+    ("admits", "expected", "version", "why"),
+    [
+        (
+            {"zh": {"technical": [0]}, "en": {"technical": [0]}},
+            {("zh", "technical"): [0], ("en", "technical"): [0]},
+            4,
+            "the technical wordings name the started-in reading: their variants admit gold #0, in format 4",
+        ),
+        ({"en": {"technical": [1]}}, {("en", "technical"): [1]}, 4, "a wording the template names alone"),
+        (None, {}, 2, "no admits key: every wording admits every gold, and the task stays format 2"),
+    ],
+)
+def test_a_templates_admits_render_into_its_variants(
+    admits: dict[str, dict[str, list[int]]] | None, expected: dict[tuple[str, str], list[int]], version: int, why: str
+) -> None:
+    task = instantiate(admitting_template(admits), {"year": Value("2023", 2023)}, 1)
+    assert {(v.language.value, v.complexity.value): v.admits for v in task.variants if v.admits} == expected, why
+    assert task.format_version == version, why
+
+
+def test_a_template_admitting_a_gold_it_lacks_is_refused() -> None:
+    with pytest.raises(ValidationError, match="variant zh/plain admits gold 2, but its golds are numbered 0 to 1"):
+        instantiate(admitting_template({"zh": {"plain": [2]}}), {"year": Value("2023", 2023)}, 1)

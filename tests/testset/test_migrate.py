@@ -14,8 +14,9 @@ from evalpkg.errors import DataError
 from evalpkg.prod.catalog import reference
 from evalpkg.settings import Settings
 from evalpkg.sync.runner import SyncReport
+from evalpkg.testset import migrate as migrate_module
 from evalpkg.testset import release
-from evalpkg.testset.build import load_templates
+from evalpkg.testset.build import Template, TemplateFile, load_templates
 from evalpkg.testset.migrate import _rewordings, migrate
 from evalpkg.testset.models import Complexity, Language, Task
 from evalpkg.testset.params import RETIRED_GLUCOSE_WHY, Value, mid_sentence
@@ -42,9 +43,11 @@ def tasks_before(folder: Path, source: str, migrated: str) -> Path:
 
 def redecided_since(tasks: list[Task]) -> set[str]:
     """Tasks of the templates v11 re-rendered (the test set's principles: golds decided otherwise, wordings that
-    now say which reading they want): migrating an older release now gives them today's golds and wordings."""
+    now say which reading they want) and of those whose wordings name the golds they admit: migrating an older
+    release now gives them today's golds and wordings."""
     record = release.read_changes(COMMITTED, "v11").change_set()
     templates = {tid.split("-", 1)[1].rsplit("-", 1)[0] for tid in record.changed}
+    templates |= {t.id for t in load_templates().templates if t.admits}
     return {t.id for t in tasks if t.provenance.template_id in templates}
 
 
@@ -203,3 +206,36 @@ def test_the_clinical_review_withdraws_values_per_template(template: str, params
     retired = {"7.8": RETIRED_GLUCOSE_WHY}
     combo = {name: Value(key, None, retired.get(key, "") if name == "glucose" else "") for name, key in params.items()}
     assert (why in t.retired(combo)) if why else t.retired(combo) == ""
+
+
+ADMITTING = "drug_class_patients_year"  # two readings of "in {year}": orders started in it, orders active during it
+
+
+def test_an_admits_change_is_carried_and_recorded(
+    synced: SyncReport, generated: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The template's technical wordings now say "started (kssj)" and admit gold #0 only: migrating its v11
+    tasks gives their technical variants that admits (format 4), records why per task and in the CHANGELOG,
+    and grades those wordings against the started-in gold alone; migrating again finds nothing to do."""
+    tasks = [t for t in release.load(COMMITTED, "v11").tasks if t.provenance.template_id == ADMITTING]
+    release.write(tmp_path, "v1", tasks, "snap", release.ChangeSet(added={t.id: "test" for t in tasks}))
+    template = {t.id: t for t in load_templates().templates}[ADMITTING]
+    admits = {"zh": {"technical": [0]}, "en": {"technical": [0]}}
+    changed = Template.model_validate(template.model_dump() | {"admits": admits})
+    monkeypatch.setattr(migrate_module, "load_templates", lambda: TemplateFile(format_version=1, templates=[changed]))
+    settings = generated.model_copy(update={"tasks_dir": tmp_path})
+    rel, plan = migrate(settings, "v1")
+    record = release.changelog_entry(tmp_path, rel.version).changed
+    assert plan.admitting == len(tasks) == len(rel.tasks) > 0
+    for task in rel.tasks:
+        assert "the technical wordings admit gold(s) [0] only" in record[task.id]
+        assert task.format_version == 4
+        assert {(v.language.value, v.complexity.value): v.admits for v in task.variants if v.admits} == {
+            ("zh", "technical"): [0],
+            ("en", "technical"): [0],
+        }
+        assert task.graded_for("en", "technical").gold_sql == task.gold_sql[:1] != task.gold_sql
+        assert task.graded_for("en", "plain") is task
+    assert "Admitted golds: in 4 tasks" in (tmp_path / release.CHANGELOG).read_text(encoding="utf-8")
+    with pytest.raises(DataError, match="nothing to migrate"):
+        migrate(settings, rel.version)

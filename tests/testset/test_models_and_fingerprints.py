@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from evalpkg.settings import PROJECT_ROOT
 from evalpkg.sql import fingerprint
+from evalpkg.testset import release
 from evalpkg.testset.models import Task
 
 
@@ -81,6 +82,61 @@ def test_round_trip_is_lossless() -> None:
 def test_inconsistent_tasks_are_rejected(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Task.model_validate(task_dict(**overrides))
+
+
+TWO_GOLDS = ["select count(*) from emr.t_zy_visit", "select count(distinct patient_id) from emr.t_zy_visit"]
+
+
+def admitting(admits: list[int], **overrides: Any) -> dict[str, Any]:
+    """A format 4 task with two golds whose zh/technical wording admits `admits`."""
+    variants = [
+        v | {"admits": admits} if v["complexity"] == "technical" and v["language"] == "zh" else v
+        for v in task_dict()["variants"]
+    ]
+    return task_dict(format_version=4, gold_sql=TWO_GOLDS, variants=variants) | overrides
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (admitting([2]), "variant zh/technical admits gold 2, but its golds are numbered 0 to 1"),
+        (admitting([-1]), "variant zh/technical admits gold -1, but its golds are numbered 0 to 1"),
+        (admitting([1, 1]), "variant zh/technical admits gold 1 twice"),
+        (
+            admitting([0], answerable=False, gold_sql=[], answer_points=[]),
+            "variant zh/technical admits golds, but the task is unanswerable",
+        ),
+        (  # format-3 readers would grade the wording against every gold: the file says it is format 4
+            admitting([0], format_version=3),
+            "variant zh/technical names the golds it admits: that needs format_version 4",
+        ),
+    ],
+    ids=["an index past the golds", "a negative index", "a gold named twice", "no golds to admit", "format 3"],
+)
+def test_a_wording_admits_distinct_golds_of_its_task(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Task.model_validate(data)
+
+
+def test_admitted_golds_name_turn_0_only() -> None:
+    """A follow-up turn is graded against all its golds whatever turn 0's wording admits."""
+    followup = {"user": {"zh": "再按科室", "en": "by dept"}, "expected_tool_calls": [], "gold_sql": TWO_GOLDS}
+    task = Task.model_validate(admitting([1], turns=[*task_dict()["turns"], followup]))
+    assert task.graded_for("zh", "technical").gold_sql == TWO_GOLDS[1:]
+    assert task.graded_for("en", "technical") is task  # the en wording admits every gold
+    assert task.turn_task(1).graded_for("zh", "technical").gold_sql == TWO_GOLDS
+
+
+@pytest.mark.parametrize("version", release.versions(PROJECT_ROOT / "tasks"))
+def test_releases_before_admits_load_and_grade_as_before(version: str) -> None:
+    """No released wording admits a subset: each is graded against every gold, and a task re-written is the
+    same bytes (an unused admits is left out of the file, as format 3's fields are; format 1 files, which
+    predate asks too, are never re-written)."""
+    rel = release.load(PROJECT_ROOT / "tasks", version)
+    assert all(t.graded_for(v.language, v.complexity) is t for t in rel.tasks for v in t.variants)
+    folder = PROJECT_ROOT / "tasks" / version / "tasks"
+    rewritten = [t for t in rel.tasks if t.format_version > 1]
+    assert all(release.task_json(t) == (folder / f"{t.id}.json").read_text(encoding="utf-8") for t in rewritten)
 
 
 def test_fingerprints_ignore_formatting_and_schema_but_not_literals() -> None:

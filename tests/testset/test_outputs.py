@@ -20,15 +20,26 @@ OUTPUTS = ["treated", "diabetics", "pct"]
 NARROW = {"colloquial": ["treated"], "plain": ["treated", "pct"]}  # technical: empty, i.e. every output
 
 
-def task(outputs: list[str] = OUTPUTS, asks: dict[str, list[str]] = NARROW, gold_sql: int = 1) -> Task:
+def task(
+    outputs: list[str] = OUTPUTS,
+    asks: dict[str, list[str]] = NARROW,
+    gold_sql: int = 1,
+    admits: dict[str, list[int]] | None = None,
+) -> Task:
     variants = [
-        {"language": lang, "complexity": level, "text": f"{lang} {level} question text", "asks": asks.get(level, [])}
+        {
+            "language": lang,
+            "complexity": level,
+            "text": f"{lang} {level} question text",
+            "asks": asks.get(level, []),
+            "admits": (admits or {}).get(level, []),
+        }
         for lang in ("zh", "en")
         for level in ("colloquial", "plain", "technical")
     ]
     return Task.model_validate(
         {
-            "format_version": 2,
+            "format_version": 4 if admits else 2,
             "id": "st-sample-001",
             "type": "single_table",
             "difficulty": "easy",
@@ -88,6 +99,27 @@ def task(outputs: list[str] = OUTPUTS, asks: dict[str, list[str]] = NARROW, gold
             ["st-sample-001: gold #2 returns the columns of no variant's asks"],
             "a gold that answers no variant is a typo or dead weight",
         ),
+        (
+            task(gold_sql=2, admits={"technical": [1]}),
+            [GOLD[0], ["treated", "diabetics"]],
+            [
+                "st-sample-001 variant zh/technical: asks for output 'pct' (column 'pct'), which the gold result "
+                "does not return"
+            ],
+            "the technical wording admits only the second gold, which lacks the pct it asks for",
+        ),
+        (
+            task(gold_sql=2, admits={"colloquial": [0], "plain": [0], "technical": [0]}),
+            None,
+            ["st-sample-001: gold #2 is admitted by no variant"],
+            "a gold no wording admits is never graded against",
+        ),
+        (
+            task(asks={}, gold_sql=2, admits={"technical": [0]}),
+            [GOLD[0], GOLD[0]],
+            [],
+            "a gold admitted by some wordings only still answers them",
+        ),
         (task(outputs=[], asks={}), GOLD, [], "no outputs declared: every gold column is graded, nothing to check"),
         (
             task(outputs=[], asks={"plain": ["pct"]}),
@@ -117,7 +149,7 @@ def test_the_problem_names_every_variant_that_cannot_be_graded() -> None:
     ("overrides", "message"),
     [
         ({"format_version": 1}, "outputs and variant asks need format_version 2"),
-        ({"format_version": 4}, "Input should be 1, 2 or 3"),
+        ({"format_version": 5}, "Input should be 1, 2, 3 or 4"),
         ({"outputs": [{"name": "Pct", "meaning": {"zh": "x", "en": "x"}, "column": "pct"}]}, "String should match"),
         ({"outputs": [{"name": "pct", "meaning": {"zh": "x"}}]}, "Field required"),
     ],
