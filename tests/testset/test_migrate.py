@@ -43,11 +43,10 @@ def tasks_before(folder: Path, source: str, migrated: str) -> Path:
 
 def redecided_since(tasks: list[Task]) -> set[str]:
     """Tasks of the templates v11 re-rendered (the test set's principles: golds decided otherwise, wordings that
-    now say which reading they want) and of those whose wordings name the golds they admit: migrating an older
+    now say which reading they want) and v12 (wordings that name the golds they admit): migrating an older
     release now gives them today's golds and wordings."""
-    record = release.read_changes(COMMITTED, "v11").change_set()
-    templates = {tid.split("-", 1)[1].rsplit("-", 1)[0] for tid in record.changed}
-    templates |= {t.id for t in load_templates().templates if t.admits}
+    changed = [tid for v in ("v11", "v12") for tid in release.read_changes(COMMITTED, v).change_set().changed]
+    templates = {tid.split("-", 1)[1].rsplit("-", 1)[0] for tid in changed}
     return {t.id for t in tasks if t.provenance.template_id in templates}
 
 
