@@ -26,12 +26,11 @@ from evalpkg.settings import Settings
 from evalpkg.sql.gold import agent_connection, gold_runner, snapshot_version
 from evalpkg.testset import premises, release, traps, worlds
 from evalpkg.testset.build import check_gold, instantiate, load_templates
-from evalpkg.testset.models import ADMITS_FORMAT, TURN_GOLDS_FORMAT
+from evalpkg.testset.models import ADMITS_FORMAT, TURN_GOLDS_FORMAT, QuestionVariant, Task
 from evalpkg.testset.params import chosen, domains
 
 if TYPE_CHECKING:
     from evalpkg.sql.executor import QueryResult
-    from evalpkg.testset.models import Task
 
 CANDIDATES_PER_TEMPLATE = 24  # other parameter choices tried per template, besides its current tasks
 Key = tuple[str, tuple[tuple[str, str], ...]]  # (template id or ticket task id, parameters)
@@ -264,12 +263,13 @@ def _as_released(
     task = c.previous or c.task
     reworded = c.previous is not None and c.previous.variants != c.task.variants
     if c.previous is not None and (reworded or c.previous.premise != c.task.premise):
-        update: dict[str, object] = {"premise": c.task.premise, "variants": c.task.variants}
+        variants = _admitting_kept_golds(c.task, task.gold_sql)
+        update: dict[str, object] = {"premise": c.task.premise, "variants": variants}
         if c.task.premise is not None:
             update["format_version"] = max(task.format_version, TURN_GOLDS_FORMAT)
-        if any(v.admits for v in c.task.variants):  # a wording names the golds it admits
+        if any(v.admits for v in variants):  # a wording names the golds it admits
             update["format_version"] = ADMITS_FORMAT
-        task = task.model_copy(update=update)
+        task = Task.model_validate(task.model_copy(update=update).model_dump())
     lost = [t for t in traps_of if t not in _biting(c, verdicts)]
     why = "; ".join(
         f"the {t} trap did not bite in {verdicts[c.key].misses[t]} of {n_worlds} reference worlds" for t in lost
@@ -278,6 +278,23 @@ def _as_released(
         notes = traps.notes_with_dropped(task.maintenance_notes, why)
         task = task.model_copy(update={"tags": [t for t in task.tags if t not in lost], "maintenance_notes": notes})
     return task, reworded, why
+
+
+def _admitting_kept_golds(rendered: Task, kept: list[str]) -> list[QuestionVariant]:
+    """The template's wordings for a task that keeps its own golds: each admitted gold found by its text among
+    the kept ones (their order or number may differ from the template's)."""
+    variants = []
+    for v in rendered.variants:
+        if v.admits:
+            wanted = [rendered.gold_sql[i] for i in v.admits]
+            if missing := [sql for sql in wanted if sql not in kept]:
+                raise DataError(
+                    f"{rendered.id}: {v.language.value}/{v.complexity.value} admits a gold the kept task lacks: "
+                    f"{missing[0][:80]}"
+                )
+            v = v.model_copy(update={"admits": [kept.index(sql) for sql in wanted]})
+        variants.append(v)
+    return variants
 
 
 def _why_removed(

@@ -12,7 +12,7 @@ from evalpkg.settings import PROJECT_ROOT
 from evalpkg.testset import release
 from evalpkg.testset.build import load_templates
 from evalpkg.testset.models import Task
-from evalpkg.testset.reselect import joining_templates
+from evalpkg.testset.reselect import _admitting_kept_golds, joining_templates
 from tests.testset.test_models_and_fingerprints import task_dict
 
 
@@ -174,3 +174,33 @@ def test_the_committed_changelog_is_prose_and_each_release_has_its_per_task_reco
         assert release.counts_line(version, record.change_set()) in section, version
         assert len(section) <= SCREEN, f"{version}: {len(section)} characters, more than a screen"
         before = ids
+
+
+ADMITTING = "ja-drug_class_patients_year-004"  # v12: its technical wordings admit gold 0 (orders started in the year)
+
+
+@pytest.mark.parametrize(
+    ("kept", "admits"),
+    [
+        pytest.param([0, 1], [0], id="the-template's-golds-in-its-order-keep-the-index"),
+        pytest.param([1, 0], [1], id="golds-kept-in-another-order-follow-the-admitted-text"),
+        pytest.param([1, 0, "select 1"], [1], id="an-arbitrated-gold-kept-beside-them-changes-nothing"),
+        pytest.param([1], None, id="a-kept-task-without-the-admitted-gold-is-refused"),
+    ],
+)
+def test_a_kept_task_admits_the_gold_its_wording_names_by_its_text(
+    kept: list[int | str], admits: list[int] | None
+) -> None:
+    """Reselection keeps a task's own golds but takes its template's wordings: an admitted gold is found by its
+    text, so that a wording never admits another reading's gold."""
+    rendered = release.load(PROJECT_ROOT / "tasks", "v12").by_id()[ADMITTING]
+    golds = [rendered.gold_sql[k] if isinstance(k, int) else k for k in kept]
+    if admits is None:
+        with pytest.raises(DataError, match=rf"{ADMITTING}: zh/technical admits a gold the kept task lacks"):
+            _admitting_kept_golds(rendered, golds)
+        return
+    variants = _admitting_kept_golds(rendered, golds)
+    assert {(v.language.value, v.complexity.value): v.admits for v in variants if v.admits} == {
+        ("zh", "technical"): admits,
+        ("en", "technical"): admits,
+    }
