@@ -81,17 +81,25 @@ def score(
     if pred is not None:
         results["agent sql"] = pred
     executor = cast(ReadOnlyExecutor, Results(results))
-    traj = Trajectory(
+    traj = trajectory(task, level, answer, "agent sql" if pred is not None else None)
+    return score_instance(task, traj, 0, GoldCache(GoldRunner(executor)))
+
+
+def trajectory(
+    task: Task, level: str, answer: str, final_sql: str | None, steps: list[Step] | None = None
+) -> Trajectory:
+    """An instance of the task's zh wording at `level` that ended with this answer and SQL."""
+    return Trajectory(
         instance_id=f"{task.id}:zh:{level}:0",
         task_id=task.id,
         agent="test",
         language="zh",
         complexity=level,
         question=f"zh {level} question",
+        steps=steps or [],
         final_answer=answer,
-        final_sql="agent sql" if pred is not None else None,
+        final_sql=final_sql,
     )
-    return score_instance(task, traj, 0, GoldCache(GoldRunner(executor)))
 
 
 @pytest.mark.parametrize(
@@ -281,17 +289,8 @@ def score_reading(task: Task, level: str, patients: int) -> InstanceScore:
         started_at="t",
         elapsed_ms=0,
     )
-    traj = Trajectory(
-        instance_id=f"{task.id}:zh:{level}:0",
-        task_id=task.id,
-        agent="test",
-        language="zh",
-        complexity=level,
-        question=f"zh {level} question",
-        steps=[Step(index=0, started_at="t", ended_at="t", tool_calls=[first])],
-        final_answer=f"{patients} patients",
-        final_sql="agent sql",
-    )
+    steps = [Step(index=0, started_at="t", ended_at="t", tool_calls=[first])]
+    traj = trajectory(task, level, f"{patients} patients", "agent sql", steps)
     return score_instance(task, traj, 0, GoldCache(GoldRunner(cast(ReadOnlyExecutor, Results(results)))))
 
 
